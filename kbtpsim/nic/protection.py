@@ -1,0 +1,189 @@
+"""Memory regions, memory windows, strided keys and the protection check.
+
+A :class:`MemoryRegion` maps Tagged Offsets (TOs) of one STag to host addresses. As in
+InfiniBand the TO of an ordinary region is the virtual address itself (``base_to == addr``).
+A *strided* region (a profile option, :attr:`NicProfile.strided_keys`) maps TO ``k * stride
++ j`` to ``addr + entry_size * k + j`` (``j < entry_size``), so a table index scattered
+straight into a WQE's address field, scaled by the stride, finds its entry.
+
+A memory window is a region whose range lies inside a parent region, bound to one QP: only
+that QP's incoming requests may use its STag, and it is invalidated by a received Send with
+Invalidate or by a LOCAL_INV work request.
+
+:meth:`ProtectionTable.translate` is the one check every DMA goes through: it returns the
+host address or ``-1``; the caller chooses the status (LOC_PROT_ERR or REM_ACCESS_ERR).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntFlag
+
+from kbtpsim.nic.errors import ProtectionError
+
+
+class Access(IntFlag):
+    """Access rights of a region or window (values of ``ibv_access_flags``)."""
+
+    LOCAL_READ = 0  #: always granted
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+    REMOTE_READ = 4
+    REMOTE_ATOMIC = 8
+    MW_BIND = 16
+
+
+#: All rights a region can carry.
+ALL_ACCESS = (
+    Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+    | Access.MW_BIND
+)
+#: STag that ends a receive scatter list (mlx5's MLX5_INVALID_LKEY); never allocated.
+INVALID_STAG = 0x100
+_KEY_BYTE = 0x5A
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRegion:
+    """A registered region or a bound memory window.
+
+    ``stride``/``entry_size`` are non-zero only for a strided key. ``qpn`` is the QP a
+    window is bound to (``None`` for a region).
+    """
+
+    stag: int
+    addr: int
+    length: int
+    access: Access
+    base_to: int
+    stride: int = 0
+    entry_size: int = 0
+    qpn: int | None = None
+    in_nic_memory: bool = False
+
+    @property
+    def lkey(self) -> int:
+        return self.stag
+
+    @property
+    def rkey(self) -> int:
+        return self.stag
+
+    @property
+    def is_window(self) -> bool:
+        return self.qpn is not None
+
+    def to_of(self, addr: int) -> int:
+        """The Tagged Offset of host address ``addr`` (ordinary regions and windows)."""
+        return self.base_to + (addr - self.addr)
+
+
+class ProtectionTable:
+    """All STags of one NIC (one protection domain)."""
+
+    __slots__ = ("_next_index", "_regions")
+
+    def __init__(self) -> None:
+        self._regions: dict[int, MemoryRegion] = {}
+        self._next_index = 1
+
+    def _new_stag(self) -> int:
+        stag = (self._next_index << 8) | _KEY_BYTE
+        self._next_index += 1
+        return stag
+
+    def register(
+        self,
+        addr: int,
+        length: int,
+        access: Access,
+        *,
+        base_to: int | None = None,
+        in_nic_memory: bool = False,
+    ) -> MemoryRegion:
+        """Register ``[addr, addr + length)``; the TO base defaults to ``addr``."""
+        if length <= 0:
+            raise ProtectionError(f"region length must be positive, got {length!r}")
+        if addr < 0 or addr + length > 1 << 64:
+            raise ProtectionError(f"region [{addr:#x}, +{length}) is outside the address space")
+        if access & ~ALL_ACCESS:
+            raise ProtectionError(f"unknown access bits {int(access):#x}")
+        if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not (
+            access & Access.LOCAL_WRITE
+        ):
+            raise ProtectionError("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (IB rule)")
+        region = MemoryRegion(
+            self._new_stag(), addr, length, Access(access),
+            addr if base_to is None else base_to, in_nic_memory=in_nic_memory,
+        )
+        self._regions[region.stag] = region
+        return region
+
+    def register_strided(
+        self, addr: int, entry_size: int, n_entries: int, stride: int, access: Access
+    ) -> MemoryRegion:
+        """A strided key: TO ``k * stride + j`` -> ``addr + entry_size * k + j``, TO base 0."""
+        if entry_size <= 0 or n_entries <= 0:
+            raise ProtectionError("entry_size and n_entries must be positive")
+        if stride < entry_size:
+            raise ProtectionError(f"stride {stride} is smaller than entry_size {entry_size}")
+        region = self.register(addr, entry_size * n_entries, access, base_to=0)
+        region = MemoryRegion(
+            region.stag, addr, stride * n_entries, region.access, 0, stride, entry_size
+        )
+        self._regions[region.stag] = region
+        return region
+
+    def bind_window(
+        self, parent: MemoryRegion, qpn: int, addr: int, length: int, access: Access
+    ) -> MemoryRegion:
+        """Bind a new type-2 memory window over part of ``parent`` to QP ``qpn``."""
+        if parent.stag not in self._regions or parent.is_window or parent.stride:
+            raise ProtectionError("a window binds over a registered, non-strided region")
+        if not parent.access & Access.MW_BIND:
+            raise ProtectionError(f"region {parent.stag:#x} lacks the MW_BIND right")
+        if addr < parent.addr or addr + length > parent.addr + parent.length or length <= 0:
+            raise ProtectionError("window range is not inside the parent region")
+        if access & ~(Access.REMOTE_READ | Access.REMOTE_WRITE | Access.REMOTE_ATOMIC):
+            raise ProtectionError("a window carries only remote rights")
+        if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not (
+            parent.access & Access.LOCAL_WRITE
+        ):
+            raise ProtectionError("remote write/atomic windows need LOCAL_WRITE on the parent")
+        window = MemoryRegion(self._new_stag(), addr, length, Access(access), addr, qpn=qpn)
+        self._regions[window.stag] = window
+        return window
+
+    def get(self, stag: int) -> MemoryRegion | None:
+        return self._regions.get(stag)
+
+    def deregister(self, stag: int) -> None:
+        if self._regions.pop(stag, None) is None:
+            raise ProtectionError(f"unknown STag {stag:#x}")
+
+    def invalidate(self, stag: int) -> bool:
+        """Invalidate a window's STag (Send with Invalidate, LOCAL_INV); False if unknown."""
+        return self._regions.pop(stag, None) is not None
+
+    def translate(
+        self, stag: int, to: int, length: int, need: Access, qpn: int | None = None
+    ) -> int:
+        """Host address for ``length`` bytes at TO ``to`` of ``stag``, or ``-1`` if refused.
+
+        ``need`` is the right the access needs (``Access.LOCAL_READ`` for a local read);
+        ``qpn`` is the QP an incoming request arrived on (windows check their binding).
+        """
+        region = self._regions.get(stag)
+        if region is None or (need and not region.access & need):
+            return -1
+        if region.qpn is not None and region.qpn != qpn:
+            return -1
+        off = to - region.base_to
+        if off < 0 or length < 0 or off + length > region.length:
+            return -1
+        if region.stride:
+            k, j = divmod(off, region.stride)
+            if j + length > region.entry_size:
+                return -1
+            return region.addr + region.entry_size * k + j
+        return region.addr + off

@@ -1,0 +1,85 @@
+"""The KBTP wire codec: messages, memory structures and their byte-exact encodings.
+
+Sans-IO: nothing here knows about time, sockets or the simulator.
+"""
+
+from kbtpsim.errors import DecodeError
+from kbtpsim.wire.codec import decode, encode
+from kbtpsim.wire.constants import (
+    COMPLETION_RECORD_SIZE,
+    CONSUMED,
+    DESCRIPTOR_SIZE,
+    HEADER_SIZE,
+    INITIATOR_ID_SIZE,
+    RING_SLOT_SIZE,
+    TABLE_ENTRY_SIZE,
+    VERSION,
+    EntryFlag,
+    Feature,
+    GoodbyeFlag,
+    Opcode,
+    RequestFlag,
+    Status,
+)
+from kbtpsim.wire.messages import (
+    MESSAGE_TYPES,
+    AllocStore,
+    Bind,
+    Completion,
+    CompletionDescriptor,
+    DataDescriptor,
+    DirectDescriptor,
+    Free,
+    Goodbye,
+    Hello,
+    HelloAck,
+    Load,
+    Message,
+    Store,
+)
+from kbtpsim.wire.structures import (
+    CompletionRecord,
+    RingSlot,
+    TableEntry,
+    decode_counter,
+    encode_counter,
+)
+
+__all__ = [
+    "COMPLETION_RECORD_SIZE",
+    "CONSUMED",
+    "DESCRIPTOR_SIZE",
+    "HEADER_SIZE",
+    "INITIATOR_ID_SIZE",
+    "MESSAGE_TYPES",
+    "RING_SLOT_SIZE",
+    "TABLE_ENTRY_SIZE",
+    "VERSION",
+    "AllocStore",
+    "Bind",
+    "Completion",
+    "CompletionDescriptor",
+    "CompletionRecord",
+    "DataDescriptor",
+    "DecodeError",
+    "DirectDescriptor",
+    "EntryFlag",
+    "Feature",
+    "Free",
+    "Goodbye",
+    "GoodbyeFlag",
+    "Hello",
+    "HelloAck",
+    "Load",
+    "Message",
+    "Opcode",
+    "RequestFlag",
+    "RingSlot",
+    "Status",
+    "Store",
+    "TableEntry",
+    "decode",
+    "decode_counter",
+    "encode",
+    "encode_counter",
+]
