@@ -18,13 +18,14 @@ from typing import Any
 _POSITIVE = (
     "clock_mhz", "link_gbps", "pcie_gbps", "pcie_mps", "pcie_mrrs", "mtu", "max_sge",
     "sq_wqe_size", "max_rd_atomic", "atomic_lock_slots", "atomic_units", "loopback_gbps",
-    "tx_units", "rx_units", "dma_engines",
+    "pu_count", "dma_engines",
 )
 _NON_NEGATIVE = (
     "doorbell_cycles", "fetch_cycles", "decode_cycles", "tx_cycles", "rx_cycles",
     "atomic_cycles", "cqe_cycles", "pcie_latency_ns", "host_mem_ns", "nic_mem_ns",
-    "mmio_ns", "cpu_poll_ns", "wire_overhead", "propagation_ns", "switch_ns", "loopback_ns",
-    "prefetch_depth", "pcie_tlp_overhead", "max_inline", "ooo_jitter_ns", "cpu_post_ns",
+    "mmio_ns", "cpu_poll_ns", "wire_overhead", "propagation_ns", "phy_ns", "switch_ns",
+    "loopback_ns", "prefetch_depth", "pcie_tlp_overhead", "max_inline", "ooo_jitter_ns",
+    "cpu_post_ns", "cpu_doorbell_ns",
 )
 _POW2 = ("pcie_mps", "pcie_mrrs", "sq_wqe_size", "mtu", "atomic_lock_slots")
 
@@ -43,8 +44,7 @@ class NicProfile:
     rx_cycles: int = 20
     atomic_cycles: int = 30
     cqe_cycles: int = 15
-    tx_units: int = 1
-    rx_units: int = 1
+    pu_count: int = 1  #: parallel processing units (decode, tx, rx, completion)
     dma_engines: int = 1
     atomic_units: int = 4
     atomic_lock_slots: int = 64
@@ -58,17 +58,19 @@ class NicProfile:
     mmio_ns: float = 250.0  #: CPU doorbell write until the NIC sees it
     cpu_post_ns: float = 60.0  #: CPU cost of building and posting one WQE
     cpu_poll_ns: float = 40.0  #: CPU polling loop: mean delay to notice a change
+    cpu_doorbell_ns: float = 100.0  #: CPU cost of one MMIO doorbell (write-combining flush)
     nic_mem_ns: float = 20.0  #: on-NIC (device) memory access
     # --- network ---
     link_gbps: float = 100.0
     mtu: int = 4096
     wire_overhead: int = 78  #: per-packet header, CRC, preamble, inter-frame gap
     propagation_ns: float = 10.0
+    phy_ns: float = 0.0  #: MAC + PHY (+ FEC) latency of one link traversal, both ends
     switch_ns: float = 0.0
     loopback_ns: float = 50.0
     loopback_gbps: float = 200.0
     # --- queues and behaviour ---
-    prefetch_depth: int = 4
+    prefetch_depth: int = 8
     prefetch_past_wait: bool = False
     max_rd_atomic: int = 16
     max_inline: int = 64
@@ -89,6 +91,11 @@ class NicProfile:
     loopback: bool = True
 
     def __post_init__(self) -> None:
+        for name in _POSITIVE + _NON_NEGATIVE:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"NIC profile parameter {name!r} must be a number, "
+                                 f"got {value!r}")
         for name in _POSITIVE:
             if not getattr(self, name) > 0:
                 raise ValueError(f"NIC profile parameter {name!r} must be positive, "
@@ -113,9 +120,6 @@ class NicProfile:
             raise ValueError("NIC profile parameter 'max_sge' is too large (receive WQE > 4 KiB)")
         if self.max_inline + 36 > self.sq_wqe_size:
             raise ValueError("NIC profile parameter 'max_inline' does not fit 'sq_wqe_size'")
-        if self.cas_on_wqe and not self.wait_enable:
-            # CAS-on-WQE needs something to hold the patched WQE back (primer, RedN).
-            pass
 
     def replace(self, **overrides: Any) -> NicProfile:
         """A validated copy with some parameters changed."""

@@ -3,8 +3,9 @@
 A :class:`MemoryRegion` maps Tagged Offsets (TOs) of one STag to host addresses. As in
 InfiniBand the TO of an ordinary region is the virtual address itself (``base_to == addr``).
 A *strided* region (a profile option, :attr:`NicProfile.strided_keys`) maps TO ``k * stride
-+ j`` to ``addr + entry_size * k + j`` (``j < entry_size``), so a table index scattered
-straight into a WQE's address field, scaled by the stride, finds its entry.
++ j`` to ``addr + entry_size * (k - base_index) + j`` (``j + length <= entry_size``), so a
+table index scattered straight into a WQE's address field (stride 1), or shifted by whole
+octets (stride 256, ...), finds its entry.
 
 A memory window is a region whose range lies inside a parent region, bound to one QP: only
 that QP's incoming requests may use its STag, and it is invalidated by a received Send with
@@ -33,6 +34,12 @@ class Access(IntFlag):
     MW_BIND = 16
 
 
+#: Rights as plain ints, for the per-packet checks (IntFlag arithmetic is slow).
+R_LOCAL_READ = 0
+R_LOCAL_WRITE = int(Access.LOCAL_WRITE)
+R_REMOTE_WRITE = int(Access.REMOTE_WRITE)
+R_REMOTE_READ = int(Access.REMOTE_READ)
+R_REMOTE_ATOMIC = int(Access.REMOTE_ATOMIC)
 #: All rights a region can carry.
 ALL_ACCESS = (
     Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
@@ -120,17 +127,18 @@ class ProtectionTable:
         return region
 
     def register_strided(
-        self, addr: int, entry_size: int, n_entries: int, stride: int, access: Access
+        self, addr: int, entry_size: int, n_entries: int, stride: int, access: Access,
+        base_index: int = 0,
     ) -> MemoryRegion:
-        """A strided key: TO ``k * stride + j`` -> ``addr + entry_size * k + j``, TO base 0."""
-        if entry_size <= 0 or n_entries <= 0:
-            raise ProtectionError("entry_size and n_entries must be positive")
-        if stride < entry_size:
-            raise ProtectionError(f"stride {stride} is smaller than entry_size {entry_size}")
-        region = self.register(addr, entry_size * n_entries, access, base_to=0)
-        region = MemoryRegion(
-            region.stag, addr, stride * n_entries, region.access, 0, stride, entry_size
-        )
+        """A strided key: TO ``k * stride + j`` -> byte ``j`` of entry ``k - base_index`` at
+        ``addr + entry_size * (k - base_index)`` (``j + length <= entry_size``). With
+        stride 1 a handle ``k`` scattered unchanged into an address field names its entry."""
+        if entry_size <= 0 or n_entries <= 0 or stride <= 0 or base_index < 0:
+            raise ProtectionError("entry_size, n_entries and stride must be positive, "
+                                  "base_index >= 0")
+        region = self.register(addr, entry_size * n_entries, access)
+        region = MemoryRegion(region.stag, addr, stride * n_entries, region.access,
+                              base_index * stride, stride, entry_size)
         self._regions[region.stag] = region
         return region
 
@@ -166,7 +174,7 @@ class ProtectionTable:
         return self._regions.pop(stag, None) is not None
 
     def translate(
-        self, stag: int, to: int, length: int, need: Access, qpn: int | None = None
+        self, stag: int, to: int, length: int, need: int, qpn: int | None = None
     ) -> int:
         """Host address for ``length`` bytes at TO ``to`` of ``stag``, or ``-1`` if refused.
 
@@ -174,16 +182,18 @@ class ProtectionTable:
         ``qpn`` is the QP an incoming request arrived on (windows check their binding).
         """
         region = self._regions.get(stag)
-        if region is None or (need and not region.access & need):
+        if region is None or (need and not int(region.access) & need):
             return -1
         if region.qpn is not None and region.qpn != qpn:
             return -1
         off = to - region.base_to
-        if off < 0 or length < 0 or off + length > region.length:
+        if off < 0 or length < 0:
             return -1
         if region.stride:
             k, j = divmod(off, region.stride)
-            if j + length > region.entry_size:
+            if off >= region.length or j + length > region.entry_size:
                 return -1
             return region.addr + region.entry_size * k + j
+        if off + length > region.length:
+            return -1
         return region.addr + off

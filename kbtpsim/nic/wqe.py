@@ -36,7 +36,7 @@ its opcode but NOP in the control segment: a CAS on its first 8 octets arms it (
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
 
 from kbtpsim.nic.errors import WqeDecodeError
@@ -85,6 +85,8 @@ MASKED_OPS = frozenset({Opcode.MASKED_CAS, Opcode.MASKED_FETCH_ADD})
 RADDR_OPS = WRITE_OPS | ATOMIC_OPS | {Opcode.RDMA_READ}
 DATA_OPS = SEND_OPS | WRITE_OPS | {Opcode.RDMA_READ}
 _OPCODES = {int(op): op for op in Opcode}
+_CACHE_MAX = 4096
+_FLAGS = [WqeFlags(i & 0x4B) for i in range(256)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,10 @@ class Sge:
     addr: int
     length: int
     lkey: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.length < INLINE_BIT:
+            raise ValueError(f"SGE length must be in [0, 2^31), got {self.length!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +140,7 @@ class WorkRequest:
     inline_data: bytes | None = None
     armed: bool = True
     cond: Condition | None = None
-    wr_id: int = 0
+    wr_id: int = field(default=0, compare=False)  #: not encoded, not compared
 
     def __post_init__(self) -> None:
         if not isinstance(self.opcode, Opcode):
@@ -150,7 +156,7 @@ class WorkRequest:
 
     @property
     def signaled(self) -> bool:
-        return bool(self.flags & WqeFlags.SIGNALED)
+        return bool(int(self.flags) & 0x08)
 
     @property
     def length(self) -> int:
@@ -239,7 +245,7 @@ def field_layout(wr: WorkRequest) -> dict[str, tuple[int, int]]:
     off = CTRL_SIZE
     n_data = 0
     inline_len = None if wr.inline_data is None else len(wr.inline_data)
-    for name, size in _segments(wr.opcode, bool(wr.flags & WqeFlags.CONDITIONAL),
+    for name, size in _segments(wr.opcode, bool(int(wr.flags) & 0x01),
                                 len(wr.sges), inline_len):
         if name == "data":
             for key, (o, s) in (("count", (0, 4)), ("lkey", (4, 4)), ("addr", (8, 8))):
@@ -258,14 +264,29 @@ def wqe_size(wr: WorkRequest) -> int:
     """Encoded size in octets (16 x ds)."""
     inline_len = None if wr.inline_data is None else len(wr.inline_data)
     return CTRL_SIZE + sum(
-        size for _, size in _segments(wr.opcode, bool(wr.flags & WqeFlags.CONDITIONAL),
+        size for _, size in _segments(wr.opcode, bool(int(wr.flags) & 0x01),
                                       len(wr.sges), inline_len)
     )
+
+
+_ENCODED: dict[tuple[WorkRequest, str, int, int | None], bytes] = {}
 
 
 def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 0,
                size: int | None = None) -> bytes:
     """The WQE bytes of ``wr`` (padded with zeros to ``size`` if given)."""
+    key = (wr, order, qpn, size)
+    raw = _ENCODED.get(key)
+    if raw is None:
+        raw = _encode_wqe(wr, order, qpn, size)
+        if len(_ENCODED) >= _CACHE_MAX:
+            _ENCODED.clear()
+        _ENCODED[key] = raw
+    return raw[:1] + (index & 0xFFFF).to_bytes(2, order) + raw[3:]
+
+
+def _encode_wqe(wr: WorkRequest, order: ByteOrder, qpn: int, size: int | None) -> bytes:
+    index = 0
     s = _S[order]
     total = wqe_size(wr)
     if size is not None and total > size:
@@ -278,7 +299,7 @@ def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 
                                    int(wr.flags), wr.imm & 0xFFFF_FFFF))
     inline_len = None if wr.inline_data is None else len(wr.inline_data)
     sges = iter(wr.sges)
-    for name, seg_size in _segments(wr.opcode, bool(wr.flags & WqeFlags.CONDITIONAL),
+    for name, seg_size in _segments(wr.opcode, bool(int(wr.flags) & 0x01),
                                     len(wr.sges), inline_len):
         if name == "cond":
             c = wr.cond
@@ -310,8 +331,27 @@ def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 
     return bytes(out)
 
 
+_DECODED: dict[tuple[str, bytes], WorkRequest] = {}
+
+
 def decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
-    """Decode WQE bytes; raises :class:`WqeDecodeError` for a malformed WQE."""
+    """Decode WQE bytes; raises :class:`WqeDecodeError` for a malformed WQE.
+
+    Decoded work requests are cached by their bytes less the WQE index (octets 1-2), so a
+    ring of repeated WQEs decodes each shape once."""
+    key = (order, raw[:1] + raw[3:])
+    wr = _DECODED.get(key)
+    if wr is not None:
+        index = int.from_bytes(raw[1:3], order)
+        return Wqe(wr, index, int.from_bytes(raw[4:7], order), raw[3])
+    wqe = _decode_wqe(raw, order)
+    if len(_DECODED) >= _CACHE_MAX:
+        _DECODED.clear()
+    _DECODED[key] = wqe.wr
+    return wqe
+
+
+def _decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     s = _S[order]
     if len(raw) < CTRL_SIZE:
         raise WqeDecodeError("shorter than a control segment")
@@ -320,7 +360,7 @@ def decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     if opcode is None:
         raise WqeDecodeError(f"unknown opcode {op_b:#04x}")
     qpn = int.from_bytes(qpn_b, order)
-    flags = WqeFlags(flags_b & 0x4B)
+    flags = _FLAGS[flags_b]
     if opcode in (Opcode.NOP, Opcode.LOCAL_INV):
         return Wqe(WorkRequest(opcode, flags=flags, imm=imm), index, qpn, op_b)
     if ds * SEG > len(raw) or ds < 1:
@@ -328,7 +368,7 @@ def decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     end = ds * SEG
     off = CTRL_SIZE
     kw: dict = {"flags": flags, "imm": imm}
-    if flags & WqeFlags.CONDITIONAL:
+    if flags_b & 0x01:
         if off + 32 > end:
             raise WqeDecodeError("conditional segment missing")
         addr, lkey, cmp_, mask = s["cond"].unpack_from(raw, off)

@@ -1,0 +1,59 @@
+"""Links between NIC ports: serialisation, MTU overhead, propagation, PHY and switch latency.
+
+A :class:`Link` has two :class:`LinkDirection` s. Each direction is a FIFO server: a packet
+occupies it for its wire time (payload plus ``wire_overhead`` octets of headers, CRC,
+preamble and gap at the link rate) and arrives ``delay_ps`` after it has left (propagation,
+PHY/FEC and switch latency). Loopback QPs use a NIC-internal direction with the profile's
+loopback rate and latency. Delivery is one simpy timeout per packet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from kbtpsim.nic.trace import Tracer
+from kbtpsim.nic.units import Unit
+
+
+class LinkDirection:
+    """One direction of a link."""
+
+    __slots__ = ("delay_ps", "env", "overhead", "ps_per_byte", "wire")
+
+    def __init__(self, env: simpy.Environment, name: str, gbps: float, delay_ps: int,
+                 overhead: int, tracer: Tracer | None = None, nic: str = "") -> None:
+        self.env = env
+        self.ps_per_byte = 8000.0 / gbps
+        self.delay_ps = delay_ps
+        self.overhead = overhead
+        self.wire = Unit(env, name, 1, nic, tracer)
+
+    @property
+    def busy_ps(self) -> int:
+        return self.wire.busy_ps
+
+    def wire_ps(self, nbytes: int) -> int:
+        return round((nbytes + self.overhead) * self.ps_per_byte)
+
+    def send(self, pkt: Any, deliver: Callable[[Any], None]) -> None:
+        """Queue ``pkt``; ``deliver(pkt)`` is called when it arrives at the far end."""
+        env = self.env
+        left = self.wire.reserve(self.wire_ps(pkt.wire_len), pkt)
+        arrival = env.timeout(left + self.delay_ps - env.now, pkt)
+        arrival.callbacks.append(lambda ev: deliver(ev.value))
+
+
+class Link:
+    """A full-duplex link; ``a_to_b`` and ``b_to_a`` are its two directions."""
+
+    __slots__ = ("a_to_b", "b_to_a")
+
+    def __init__(self, env: simpy.Environment, *, gbps: float, propagation_ns: float,
+                 switch_ns: float = 0.0, overhead: int = 78, tracer: Tracer | None = None,
+                 names: tuple[str, str] = ("a", "b")) -> None:
+        delay = round((propagation_ns + switch_ns) * 1000)
+        self.a_to_b = LinkDirection(env, "link.tx", gbps, delay, overhead, tracer, names[0])
+        self.b_to_a = LinkDirection(env, "link.tx", gbps, delay, overhead, tracer, names[1])

@@ -1,0 +1,96 @@
+"""The named NIC profiles (``PROFILES``) and lookup by name.
+
+* ``cx5``: shaped like ConnectX-5/6 (what RedN's chains run on): big-endian WQE fields,
+  WAIT/ENABLE, CAS-on-WQE, masked atomics; timing of the ``cx5-100g-roce`` calibration.
+* ``irdma``: shaped like Intel E810 (irdma): little-endian WQE fields, no cross-channel
+  WAIT/ENABLE, no masked atomics, no CAS-on-WQE.
+* ``ideal``: every capability, including native conditional WRs and strided keys, with
+  little-endian WQE fields (the draft's ADDR_LE).
+* ``cx3-40g-ib`` and ``cx5-100g-roce``: calibration profiles for the published figures in
+  ``shared/calibration/published.md`` (see docs/nic-model.md for each value's source).
+"""
+
+from __future__ import annotations
+
+from kbtpsim.nic.profile import NicProfile
+
+#: ConnectX-5 EN, 100GbE RoCEv2, PCIe Gen3 x8, direct cable (published.md rows 1-3, 10).
+CX5_100G_ROCE = NicProfile(
+    name="cx5-100g-roce",
+    clock_mhz=500.0,
+    doorbell_cycles=30,
+    decode_cycles=40,
+    tx_cycles=30,
+    rx_cycles=30,
+    pu_count=8,
+    pcie_gbps=63.0,  # Gen3 x8: 8 GT/s x 8 lanes x 128/130
+    pcie_tlp_overhead=30,
+    pcie_latency_ns=200.0,
+    host_mem_ns=80.0,
+    mmio_ns=200.0,
+    link_gbps=100.0,
+    mtu=4096,
+    wire_overhead=82,  # Eth 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + FCS 4 + preamble/IFG 20
+    propagation_ns=10.0,
+    phy_ns=60.0,
+)
+
+#: ConnectX-3, InfiniBand QDR 4x (32 Gb/s of data after 8b/10b), MTU 2048 (rows 4-6).
+CX3_40G_IB = NicProfile(
+    name="cx3-40g-ib",
+    clock_mhz=500.0,
+    doorbell_cycles=45,
+    decode_cycles=65,
+    tx_cycles=60,
+    rx_cycles=60,
+    pu_count=4,
+    pcie_gbps=32.0,  # fitted: Gen2 x8 (5 GT/s x 8 x 8b/10b) matches the 4 KB / 64 KB rows
+    pcie_tlp_overhead=30,
+    pcie_latency_ns=130.0,  # fitted to the same-address FetchAdd rate (row 6)
+    host_mem_ns=80.0,
+    mmio_ns=130.0,
+    link_gbps=32.0,
+    mtu=2048,
+    wire_overhead=28,  # LRH 8 + BTH 12 + ICRC 4 + VCRC 2 + delimiters 2
+    propagation_ns=10.0,
+    phy_ns=30.0,
+    max_rd_atomic=16,
+    masked_atomics=False,
+    wait_enable=False,
+    cas_on_wqe=False,
+)
+
+CX5 = CX5_100G_ROCE.replace(name="cx5")
+
+IRDMA = CX5_100G_ROCE.replace(
+    name="irdma",
+    wqe_field_byte_order="little",
+    atomic_byte_order="little",
+    wait_enable=False,
+    masked_atomics=False,
+    cas_on_wqe=False,
+    blueflame=False,  # estimate: irdma has push mode, modelled as a plain doorbell
+    max_sge=13,
+    wire_overhead=82,
+)
+
+IDEAL = CX5_100G_ROCE.replace(
+    name="ideal",
+    wqe_field_byte_order="little",
+    atomic_byte_order="little",
+    native_conditional=True,
+    strided_keys=True,
+)
+
+PROFILES: dict[str, NicProfile] = {
+    p.name: p for p in (CX5, IRDMA, IDEAL, CX3_40G_IB, CX5_100G_ROCE)
+}
+
+
+def get_profile(name: str) -> NicProfile:
+    """The profile called ``name``; ``ValueError`` listing the known names otherwise."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(sorted(PROFILES))
+        raise ValueError(f"unknown NIC profile {name!r} (known: {known})") from None

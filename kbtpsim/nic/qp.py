@@ -1,0 +1,612 @@
+"""Reliable-connected queue pairs: rings, doorbells and the send-side pipeline.
+
+A QP's send ring is real bytes: ``sq_depth`` slots of ``NicProfile.sq_wqe_size`` octets in
+host memory (or NIC device memory), registered as ``qp.sq_mr`` so that NIC operations can
+overwrite WQEs. ``post_send`` encodes a WR into the next slot; ``ring_doorbell`` makes the NIC
+see it (MMIO, BlueFlame when one WQE is pending). Four processes run each QP's send side:
+
+* fetcher: DMA-reads WQEs in batches, up to ``prefetch_depth`` beyond the executing one,
+  never past the doorbell (or, on a *managed* QP, past the ENABLEd index) and, unless the
+  profile says ``prefetch_past_wait``, never past an unsatisfied WAIT. Fetched bytes are a
+  snapshot: a WQE modified after its fetch executes stale.
+* executor: decodes and starts WQEs in order (FENCE waits for earlier READs/atomics);
+* transmitter: sends the QP's packets in order when their payload DMA completes;
+* completer: retires WRs in order and writes CQEs (signaled WRs and all errors).
+
+The receive side (:class:`~kbtpsim.nic.rx.RxSide`) serves incoming requests and responses.
+The first error completion moves the QP to ``QpState.ERROR``: later WRs complete with
+``WR_FLUSH_ERR``, and so do posted and future receives.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kbtpsim.nic.cq import CompletionQueue, WcOpcode
+from kbtpsim.nic.errors import CapabilityError, NicError, RingFull, WcStatus, WqeDecodeError
+from kbtpsim.nic.packet import Packet, PktKind
+from kbtpsim.nic.protection import (
+    R_LOCAL_READ,
+    R_LOCAL_WRITE,
+    MemoryRegion,
+)
+from kbtpsim.nic.qpstate import QpState
+from kbtpsim.nic.rx import RxSide, Signal, gather
+from kbtpsim.nic.units import Gen
+from kbtpsim.nic.wqe import (
+    ATOMIC_OPS,
+    MASKED_OPS,
+    RECV_FIELDS,
+    SEND_OPS,
+    WRITE_OPS,
+    Opcode,
+    Sge,
+    WorkRequest,
+    ctrl_word,
+    decode_wqe,
+    encode_wqe,
+    field_layout,
+)
+
+if TYPE_CHECKING:
+    from kbtpsim.nic.network import LinkDirection
+    from kbtpsim.nic.nic import Nic
+
+
+WC_OPCODE = {
+    Opcode.NOP: WcOpcode.NOP, Opcode.WAIT: WcOpcode.NOP, Opcode.ENABLE: WcOpcode.NOP,
+    Opcode.SEND: WcOpcode.SEND, Opcode.SEND_WITH_IMM: WcOpcode.SEND,
+    Opcode.SEND_WITH_INVALIDATE: WcOpcode.SEND, Opcode.RDMA_WRITE: WcOpcode.RDMA_WRITE,
+    Opcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE, Opcode.RDMA_READ: WcOpcode.RDMA_READ,
+    Opcode.CAS: WcOpcode.COMP_SWAP, Opcode.FETCH_ADD: WcOpcode.FETCH_ADD,
+    Opcode.MASKED_CAS: WcOpcode.MASKED_COMP_SWAP,
+    Opcode.MASKED_FETCH_ADD: WcOpcode.MASKED_FETCH_ADD, Opcode.LOCAL_INV: WcOpcode.LOCAL_INV,
+}
+
+
+class WrContext:
+    """A WR between its start and its retirement."""
+
+    __slots__ = ("byte_len", "done", "index", "opcode", "pieces", "signaled", "wr_id")
+
+    def __init__(self, env: simpy.Environment, index: int, wr_id: int, opcode: Opcode,
+                 signaled: bool) -> None:
+        self.index = index
+        self.wr_id = wr_id
+        self.opcode = opcode
+        self.signaled = signaled
+        self.done = env.event()
+        self.byte_len = 0
+        self.pieces: list[tuple[int, int]] = []
+
+
+class QueuePair(RxSide):
+    """One RC queue pair. Create with :meth:`Nic.create_qp`; connect with ``connect``."""
+
+    __slots__ = (
+        "_cmp_sig",
+        "_db_posted",
+        "_exec_sig",
+        "_fetch_sig",
+        "_rd_sig",
+        "_tx_sig",
+        "db_index",
+        "enable_limit",
+        "env",
+        "exec_index",
+        "fetch_barrier",
+        "fetch_gen",
+        "fetch_index",
+        "fetch_issue",
+        "fetched",
+        "halted",
+        "inflight",
+        "last_rd",
+        "managed",
+        "next_seq",
+        "nic",
+        "out",
+        "peer",
+        "pending",
+        "post_index",
+        "posted",
+        "qpn",
+        "rd_outstanding",
+        "recv_cq",
+        "retired",
+        "send_cq",
+        "sq_addr",
+        "sq_depth",
+        "sq_mr",
+        "state",
+        "stride",
+        "txq",
+        "wr_ids",
+    )
+
+    def __init__(self, nic: Nic, qpn: int, send_cq: CompletionQueue, recv_cq: CompletionQueue,
+                 sq_depth: int, rq_depth: int, managed: bool, sq_addr: int, rq_addr: int,
+                 sq_mr: MemoryRegion, rq_mr: MemoryRegion) -> None:
+        env = nic.env
+        self.env = env
+        self.nic = nic
+        self.qpn = qpn
+        self.send_cq = send_cq
+        self.recv_cq = recv_cq
+        self.managed = managed
+        self.sq_depth = sq_depth
+        self.stride = nic.profile.sq_wqe_size
+        self.sq_addr = sq_addr
+        self.sq_mr = sq_mr
+        self.state = QpState.INIT
+        self.peer: QueuePair | None = None
+        self.out: LinkDirection | None = None
+        self.post_index = 0  #: WQEs posted by software
+        self._db_posted = 0  #: post_index at the last doorbell
+        self.db_index = 0  #: WQEs the NIC knows of through doorbells
+        self.enable_limit = 0  #: managed QPs: WQEs with index < this may run
+        self.fetch_index = 0  #: WQEs whose bytes have arrived (in order)
+        self.fetch_issue = 0  #: WQEs whose fetch DMA has been issued
+        self.fetch_gen = 0  #: bumped when issued fetches must be discarded
+        self.fetch_barrier = -1  #: index of a fetched, not yet executed WAIT
+        self.exec_index = 0
+        self.halted = False  #: a WR failed at execution: flush the rest
+        self.retired = 0
+        self.fetched: dict[int, bytes] = {}
+        self.wr_ids = [0] * sq_depth
+        self.posted: list[WorkRequest | None] = [None] * sq_depth
+        self.pending: deque[WrContext] = deque()
+        self.txq: deque[Packet] = deque()
+        self.inflight: dict[int, WrContext] = {}
+        self.next_seq = 0
+        self.last_rd: simpy.Event | None = None
+        self.rd_outstanding = 0
+        self._fetch_sig = Signal(env)
+        self._exec_sig = Signal(env)
+        self._tx_sig = Signal(env)
+        self._cmp_sig = Signal(env)
+        self._rd_sig = Signal(env)
+        self._init_rx(rq_depth, rq_addr, rq_mr)
+        for proc in (self._fetcher, self._executor, self._transmitter, self._completer,
+                     self._receiver):
+            env.process(proc())
+
+    # ------------------------------------------------------------------ software API
+    def wqe_addr(self, index: int) -> int:
+        """Address of the ring slot that WQE ``index`` occupies."""
+        return self.sq_addr + (index % self.sq_depth) * self.stride
+
+    def wqe_field_addr(self, index: int, field: str) -> int:
+        """Address of ``field`` (see :func:`~kbtpsim.nic.wqe.field_layout`) of the WQE posted
+        at ``index``, e.g. ``"raddr"``, ``"sge0.addr"``, ``"compare"``, ``"ctrl_word"``."""
+        wr = self.posted[index % self.sq_depth]
+        if wr is None:
+            raise NicError(f"no WQE posted at index {index} of QP {self.qpn}")
+        layout = field_layout(wr)
+        if field not in layout:
+            raise NicError(f"{wr.opcode.name} WQE has no field {field!r} "
+                           f"(fields: {', '.join(layout)})")
+        return self.wqe_addr(index) + layout[field][0]
+
+    def ctrl_word(self, index: int, wr: WorkRequest | None = None, *,
+                  qpn: int | None = None) -> int:
+        """The u64 a (masked) CAS on the first 8 octets of WQE ``index`` sees, for ``wr``
+        (default: the WR posted there) encoded with QP number ``qpn`` (default: this QP's).
+
+        CAS-on-WQE operands: ``compare = qp.ctrl_word(i, qpn=expected_key)`` for a disarmed
+        WQE whose QPN octets a READ fills, ``swap = qp.ctrl_word(i, armed_wr)``."""
+        if wr is None:
+            wr = self.posted[index % self.sq_depth]
+            if wr is None:
+                raise NicError(f"no WQE posted at index {index} of QP {self.qpn}")
+        prof = self.nic.profile
+        raw = encode_wqe(wr, prof.wqe_field_byte_order, index=index,
+                         qpn=self.qpn if qpn is None else qpn)
+        return ctrl_word(raw, prof.atomic_byte_order)
+
+    def recv_field_addr(self, index: int, sge: int, field: str) -> int:
+        """Address of ``field`` (``count``, ``lkey``, ``addr``) of scatter entry ``sge`` of
+        receive WQE ``index``."""
+        if field not in RECV_FIELDS or not 0 <= sge < self.nic.profile.max_sge:
+            raise NicError(f"no receive field {field!r} in entry {sge}")
+        return self.recv_wqe_addr(index) + 16 * sge + RECV_FIELDS[field][0]
+
+    def post_send(self, wr: WorkRequest) -> int:
+        """Encode ``wr`` into the next send slot; returns its WQE index (no doorbell)."""
+        prof = self.nic.profile
+        if self.post_index - self.retired >= self.sq_depth:
+            raise RingFull(f"send ring of QP {self.qpn} is full ({self.sq_depth} WQEs)")
+        op = wr.opcode
+        if op in (Opcode.WAIT, Opcode.ENABLE) and not prof.wait_enable:
+            raise CapabilityError(f"profile {prof.name!r} has no WAIT/ENABLE")
+        if op in MASKED_OPS and not prof.masked_atomics:
+            raise CapabilityError(f"profile {prof.name!r} has no masked atomics")
+        if wr.cond is not None and not prof.native_conditional:
+            raise CapabilityError(f"profile {prof.name!r} has no native conditional WRs")
+        if len(wr.sges) > prof.max_sge:
+            raise ValueError(f"{len(wr.sges)} SGEs exceed max_sge {prof.max_sge}")
+        if wr.inline_data is not None and len(wr.inline_data) > prof.max_inline:
+            raise ValueError(f"{len(wr.inline_data)} inline octets exceed max_inline "
+                             f"{prof.max_inline}")
+        index = self.post_index
+        raw = encode_wqe(wr, prof.wqe_field_byte_order, index=index, qpn=self.qpn,
+                         size=self.stride)
+        self.nic.host.memory.write(self.wqe_addr(index), raw)
+        slot = index % self.sq_depth
+        self.wr_ids[slot] = wr.wr_id
+        self.posted[slot] = wr
+        self.post_index = index + 1
+        tracer = self.nic.tracer
+        if tracer is not None:
+            tracer.mark(self.nic.name, self.qpn, index, "posted", self.env.now,
+                        opcode=wr.opcode.name)
+        if self.state is QpState.ERROR:
+            self._exec_sig.fire()
+        return index
+
+    def ring_doorbell(self) -> None:
+        """MMIO doorbell for everything posted so far (BlueFlame if exactly one WQE)."""
+        if self.managed:
+            raise NicError(f"QP {self.qpn} is managed: only ENABLE starts its WQEs")
+        pi = self.post_index
+        if pi == self._db_posted:
+            return
+        bf = None
+        if self.nic.profile.blueflame and pi - self._db_posted == 1:  # copy the WQE by MMIO
+            bf = self.nic.host.memory.read(self.wqe_addr(pi - 1), self.stride)
+        self._db_posted = pi
+        nic = self.nic
+        env = self.env
+        end = nic.doorbell_unit.reserve(nic.doorbell_ps, self._label("doorbell", pi - 1),
+                                        env.now + nic.mmio_ps)
+        ev = env.timeout(end - env.now)
+        ev.callbacks.append(lambda _e: self._doorbell(pi, bf))
+
+    def enable(self, limit: int) -> None:
+        """Let a managed QP run WQEs with index < ``limit`` (what ENABLE does)."""
+        if limit > self.enable_limit:
+            self.enable_limit = limit
+            self._fetch_sig.fire()
+
+    # ------------------------------------------------------------------ processes
+    def _doorbell(self, pi: int, bf: bytes | None) -> None:
+        """The doorbell reached the NIC (MMIO, then the doorbell unit)."""
+        if bf is not None and self.fetch_issue == pi - 1 and self.fetch_barrier < 0:
+            self.fetched[pi - 1] = bf
+            self.fetch_index = self.fetch_issue = pi
+            if bf[3] == Opcode.WAIT and not self.nic.profile.prefetch_past_wait:
+                self.fetch_barrier = pi - 1
+            self._mark(pi - 1, "fetched")
+            self._exec_sig.fire()
+        if pi > self.db_index:
+            self.db_index = pi
+        self._fetch_sig.fire()
+
+    def _label(self, what: str, index: int) -> str:
+        """A unit-span label naming the WR (formatted only when tracing)."""
+        return f"{what} qp{self.qpn}#{index}" if self.nic.tracer is not None else ""
+
+    def _mark(self, index: int, phase: str) -> None:
+        tracer = self.nic.tracer
+        if tracer is not None:
+            tracer.mark(self.nic.name, self.qpn, index, phase, self.env.now)
+
+    def _fetcher(self) -> Gen:
+        """Issue WQE fetch DMAs (pipelined: each batch's latency overlaps the next)."""
+        nic = self.nic
+        prof = nic.profile
+        depth, stride = self.sq_depth, self.stride
+        batch_max = max(1, prof.pcie_mrrs // stride)
+        while True:
+            limit = self.enable_limit if self.managed else self.db_index
+            top = min(limit, self.exec_index + 1 + prof.prefetch_depth)
+            start = self.fetch_issue
+            if self.state is QpState.ERROR or start >= top or self.fetch_barrier >= 0:
+                yield self._fetch_sig.wait()
+                continue
+            n = min(top - start, batch_max, depth - start % depth)
+            env = self.env
+            label = self._label("fetch", start)
+            issued = nic.fetch_unit.reserve(nic.fetch_ps, label)
+            self.fetch_issue = start + n
+            arrived = nic.pcie.read_done(self.wqe_addr(start), n * stride, label, issued)
+            ev = env.timeout(arrived - env.now)
+            ev.callbacks.append(lambda _e, s=start, k=n, g=self.fetch_gen:
+                                self._fetch_arrived(s, k, g))
+            yield env.timeout(issued - env.now)
+
+    def _fetch_arrived(self, start: int, n: int, gen: int) -> None:
+        """A fetch DMA completed: the bytes are a snapshot taken now."""
+        if gen != self.fetch_gen:
+            return
+        nic = self.nic
+        mem = nic.host.memory
+        stop_at_wait = not nic.profile.prefetch_past_wait
+        for i in range(start, start + n):
+            raw = mem.read(self.wqe_addr(i), self.stride)
+            self.fetched[i] = raw
+            self.fetch_index = i + 1
+            self._mark(i, "fetched")
+            if raw[3] == Opcode.WAIT and stop_at_wait:
+                # the fetch unit stops at a WAIT: later WQEs are fetched after it executes
+                self.fetch_barrier = i
+                self.fetch_issue = i + 1
+                self.fetch_gen += 1
+                break
+        self._exec_sig.fire()
+
+    def _executor(self) -> Gen:
+        nic = self.nic
+        env = self.env
+        prof = nic.profile
+        order = prof.wqe_field_byte_order
+        handlers = {
+            Opcode.NOP: self._x_nop, Opcode.WAIT: self._x_wait, Opcode.ENABLE: self._x_enable,
+            Opcode.LOCAL_INV: self._x_local_inv, Opcode.RDMA_READ: self._x_read,
+        }
+        for op in SEND_OPS | WRITE_OPS:
+            handlers[op] = self._x_send_write
+        for op in ATOMIC_OPS:
+            handlers[op] = self._x_atomic
+        while True:
+            idx = self.exec_index
+            if self.state is QpState.ERROR or self.halted:
+                if idx < self.post_index:
+                    ctx = WrContext(env, idx, self.wr_ids[idx % self.sq_depth], Opcode.NOP, True)
+                    self.fetched.pop(idx, None)
+                    self._finish(ctx, WcStatus.WR_FLUSH_ERR)
+                    self.exec_index = idx + 1
+                else:
+                    yield self._exec_sig.wait()
+                continue
+            raw = self.fetched.pop(idx, None)
+            if raw is None:
+                yield self._exec_sig.wait()
+                continue
+            yield env.timeout(nic.decode_unit.reserve(nic.decode_ps, self._label("decode", idx))
+                              - env.now)
+            self._mark(idx, "started")
+            try:
+                wqe = decode_wqe(raw, order)
+            except WqeDecodeError:
+                wqe = None
+            wr_id = self.wr_ids[idx % self.sq_depth]
+            if wqe is None or (prof.wqe_checks and wqe.wr.opcode is not Opcode.NOP and (
+                    wqe.qpn != self.qpn or wqe.index != idx & 0xFFFF)):
+                ctx = WrContext(env, idx, wr_id, Opcode.NOP, True)
+                self._finish(ctx, WcStatus.LOC_QP_OP_ERR)
+                self.halted = True
+            else:
+                wr = wqe.wr
+                ctx = WrContext(env, idx, wr_id, wr.opcode, wr.signaled)
+                self.pending.append(ctx)
+                self._cmp_sig.fire()
+                if int(wr.flags) & 0x40 and self.last_rd is not None:  # FENCE
+                    yield self.last_rd
+                run = True
+                if wr.cond is not None:
+                    run = yield from self._condition(ctx, wr)
+                if run:
+                    yield from handlers[wr.opcode](ctx, wr)
+                if ctx.done.triggered and ctx.done.value is not WcStatus.SUCCESS:
+                    self.halted = True
+            if idx == self.fetch_barrier:
+                self.fetch_barrier = -1
+                for stale in range(idx + 1, self.fetch_index):
+                    self.fetched.pop(stale, None)
+                self.fetch_index = self.fetch_issue = idx + 1
+            self.exec_index = idx + 1
+            self._fetch_sig.fire()
+
+    def _finish(self, ctx: WrContext, status: WcStatus) -> None:
+        """Complete ``ctx`` now (appending it if it is not pending yet)."""
+        if not self.pending or self.pending[-1] is not ctx:
+            self.pending.append(ctx)
+            self._cmp_sig.fire()
+        if not ctx.done.triggered:
+            ctx.done.succeed(status)
+
+    def _transmitter(self) -> Gen:
+        nic = self.nic
+        env = self.env
+        txq = self.txq
+        while True:
+            if not txq:
+                yield self._tx_sig.wait()
+                continue
+            pkt = txq[0]
+            if pkt.ready is not None and not pkt.ready.processed:
+                yield pkt.ready
+            txq.popleft()
+            yield env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt) - env.now)
+            out, peer = self.out, self.peer
+            if out is not None and peer is not None:
+                out.send(pkt, peer.deliver)
+
+    def _completer(self) -> Gen:
+        nic = self.nic
+        pending = self.pending
+        while True:
+            if not pending:
+                yield self._cmp_sig.wait()
+                continue
+            ctx = pending[0]
+            if not ctx.done.triggered:
+                yield ctx.done
+            pending.popleft()
+            status: WcStatus = ctx.done.value
+            if status is not WcStatus.SUCCESS and self.state is not QpState.ERROR:
+                self.to_error()
+            elif self.state is QpState.ERROR:
+                status = WcStatus.WR_FLUSH_ERR
+            self.retired += 1
+            if ctx.signaled or status is not WcStatus.SUCCESS:
+                nic.post_cqe(self.send_cq, self._label("cqe", ctx.index), wr_id=ctx.wr_id,
+                             status=status, opcode=WC_OPCODE[ctx.opcode], qpn=self.qpn,
+                             wqe_index=ctx.index, byte_len=ctx.byte_len)
+            tracer = nic.tracer
+            if tracer is not None:
+                tracer.mark(nic.name, self.qpn, ctx.index, "finished", self.env.now,
+                            status=status.name)
+
+    def to_error(self) -> None:
+        """Move to the error state: flush the send and receive queues."""
+        self.state = QpState.ERROR
+        self._exec_sig.fire()
+        self._flush_rq()
+
+    # ------------------------------------------------------------------ WR handlers
+    def _x_nop(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        ctx.done.succeed(WcStatus.SUCCESS)
+        return
+        yield
+
+    def _x_wait(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        cq = self.nic.cqs.get(wr.target)
+        if cq is None:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return
+        yield cq.reach(wr.count)
+        ctx.done.succeed(WcStatus.SUCCESS)
+
+    def _x_enable(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        qp = self.nic.qps.get(wr.target)
+        if qp is None or not qp.managed:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return
+        qp.enable(wr.count)
+        ctx.done.succeed(WcStatus.SUCCESS)
+        return
+        yield
+
+    def _x_local_inv(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        ok = self.nic.pt.invalidate(wr.imm)
+        ctx.done.succeed(WcStatus.SUCCESS if ok else WcStatus.LOC_PROT_ERR)
+        return
+        yield
+
+    def _condition(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        cond = wr.cond
+        assert cond is not None
+        nic = self.nic
+        addr = nic.pt.translate(cond.lkey, cond.addr, 8, R_LOCAL_READ)
+        if addr < 0:
+            ctx.done.succeed(WcStatus.LOC_PROT_ERR)
+            return False
+        yield from nic.pcie.read(addr, 8, "cond")
+        value = nic.host.memory.read_u64(addr, nic.profile.atomic_byte_order)
+        if (value ^ cond.compare) & cond.mask:
+            ctx.opcode = Opcode.NOP
+            ctx.done.succeed(WcStatus.SUCCESS)
+            return False
+        return True
+
+    def _local_pieces(self, ctx: WrContext, sges: tuple[Sge, ...], need: int) -> bool:
+        pt = self.nic.pt
+        for sge in sges:
+            addr = pt.translate(sge.lkey, sge.addr, sge.length, need)
+            if addr < 0:
+                ctx.done.succeed(WcStatus.LOC_PROT_ERR)
+                return False
+            ctx.pieces.append((addr, sge.length))
+        return True
+
+    def _new_seq(self, ctx: WrContext) -> int:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        self.inflight[seq] = ctx
+        return seq
+
+    def _x_send_write(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        if self.peer is None:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return
+        inline = wr.inline_data
+        if inline is None and not self._local_pieces(ctx, wr.sges, R_LOCAL_READ):
+            return
+        total = wr.length
+        ctx.byte_len = total
+        kind = PktKind.WRITE if wr.opcode in WRITE_OPS else PktKind.SEND
+        seq = self._new_seq(ctx)
+        mtu = self.nic.profile.mtu
+        n = max(1, -(-total // mtu))
+        pkts = []
+        for i in range(n):
+            off = i * mtu
+            ln = min(mtu, total - off)
+            pkts.append(Packet(
+                kind, seq, first=i == 0, last=i == n - 1, offset=off, length=ln, total=total,
+                raddr=wr.remote_addr, rkey=wr.rkey, imm=wr.imm, opcode=wr.opcode,
+                payload=None if inline is None else inline[off : off + ln],
+                ready=None))
+        if inline is None and total:
+            self.dma_gather(ctx.pieces, pkts)
+        elif inline is None:
+            for p in pkts:
+                p.payload = b""
+        self.txq.extend(pkts)
+        self._tx_sig.fire()
+        return
+        yield
+
+    def _rd_slot(self, ctx: WrContext) -> Gen:
+        limit = self.nic.profile.max_rd_atomic
+        while self.rd_outstanding >= limit:
+            yield self._rd_sig.wait()
+        self.rd_outstanding += 1
+        ctx.done.callbacks.append(self._rd_release)
+        self.last_rd = ctx.done
+
+    def _rd_release(self, _ev: Any) -> None:
+        self.rd_outstanding -= 1
+        self._rd_sig.fire()
+
+    def _x_read(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        if self.peer is None:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return
+        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
+            return
+        yield from self._rd_slot(ctx)
+        ctx.byte_len = wr.length
+        seq = self._new_seq(ctx)
+        self.txq.append(Packet(PktKind.READ_REQ, seq, total=wr.length, raddr=wr.remote_addr,
+                               rkey=wr.rkey))
+        self._tx_sig.fire()
+
+    def _x_atomic(self, ctx: WrContext, wr: WorkRequest) -> Gen:
+        if self.peer is None:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return
+        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
+            return
+        yield from self._rd_slot(ctx)
+        ctx.byte_len = 8
+        seq = self._new_seq(ctx)
+        self.txq.append(Packet(
+            PktKind.ATOMIC_REQ, seq, total=8, raddr=wr.remote_addr, rkey=wr.rkey,
+            opcode=wr.opcode, operands=(wr.swap_add, wr.compare, wr.swap_mask, wr.compare_mask)))
+        self._tx_sig.fire()
+
+    # ------------------------------------------------------------------ shared helpers
+    def dma_gather(self, pieces: list[tuple[int, int]], pkts: list[Packet]) -> None:
+        """Read the packets' payload by DMA: one latency (overlapping earlier transfers),
+        then each packet's transfer in order; ``pkt.ready`` fires when its data is in."""
+        env = self.env
+        pcie = self.nic.pcie
+        mem = self.nic.host.memory
+        addr = pieces[0][0] if pieces else 0
+        first = env.now
+
+        def fill(ev: simpy.Event) -> None:
+            pkt = ev.value
+            pkt.payload = gather(mem, pieces, pkt.offset, pkt.length)
+
+        for pkt in pkts:
+            done = pcie.read_done(addr, pkt.length, pkt, first)
+            ev = env.timeout(done - env.now, pkt)
+            ev.callbacks.append(fill)
+            pkt.ready = ev
