@@ -2,7 +2,7 @@
 
 The runner plays every initiator: it builds the requests, carries out the target's
 effects (answers RDMA Reads of non-inline stores from the step's data, collects RDMA
-Writes of loads) and prints one JSON line per completion (docs/replay.md).
+Writes of loads) and prints one JSON line per completion (README, "kbtpsim replay").
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def add_replay_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "replay", help="run a scripted sequence of requests against a target; print JSON lines"
     )
-    p.add_argument("script", metavar="SCRIPT", help="replay script (YAML, see docs/replay.md)")
+    p.add_argument("script", metavar="SCRIPT", help="replay script (YAML; the format is in the README)")
     p.add_argument("--target", choices=("software", "chain"), default="software",
                    help="target to replay against (default: software)")
     p.add_argument("--nic", metavar="PROFILE", default=None,

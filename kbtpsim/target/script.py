@@ -1,4 +1,4 @@
-"""The replay script schema (docs/replay.md): strict, with errors that name the field.
+"""The replay script schema (README, "kbtpsim replay"): strict, with errors that name the field.
 
 Unknown keys are rejected. :func:`load_script` returns a validated :class:`Script` or
 raises :class:`ScriptError` whose message starts with the path of the bad field, e.g.

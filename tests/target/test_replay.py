@@ -1,4 +1,4 @@
-"""The replay CLI (docs/replay.md): scripts in, one JSON line per completion out."""
+"""The replay CLI (README, "kbtpsim replay"): scripts in, one JSON line per completion out."""
 
 from __future__ import annotations
 
