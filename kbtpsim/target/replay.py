@@ -347,7 +347,7 @@ def add_replay_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "replay", help="run a scripted sequence of requests against a target; print JSON lines"
     )
-    p.add_argument("script", metavar="SCRIPT", help="replay script (YAML; the format is in the README)")
+    p.add_argument("script", metavar="SCRIPT", help="replay script (YAML; format in the README)")
     p.add_argument("--target", choices=("software", "chain"), default="software",
                    help="target to replay against (default: software)")
     p.add_argument("--nic", metavar="PROFILE", default=None,
