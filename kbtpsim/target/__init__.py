@@ -5,6 +5,7 @@ Sans-IO (see :mod:`kbtpsim.target.processor`): bytes and ``now`` (integer picose
 for ticket timeouts and retention.
 """
 
+from kbtpsim.target.bytestore import ByteStore, SparseBytes
 from kbtpsim.target.config import PS_PER_MS, Binding, CounterMode, InitiatorConfig, TargetConfig
 from kbtpsim.target.direct import POOL_STAG, TABLE_STAG, RemoteAccessError
 from kbtpsim.target.effects import (
@@ -16,6 +17,7 @@ from kbtpsim.target.effects import (
     WriteRecord,
 )
 from kbtpsim.target.invariant import InvariantViolation
+from kbtpsim.target.layout import RingLayout, TargetLayout
 from kbtpsim.target.processor import Target
 from kbtpsim.target.ring import FreeRing, SlotWrite, Ticket
 from kbtpsim.target.stats import TargetStats
@@ -28,6 +30,7 @@ __all__ = [
     "TABLE_STAG",
     "Binding",
     "BlockTable",
+    "ByteStore",
     "CounterMode",
     "Effect",
     "FreeRing",
@@ -36,10 +39,13 @@ __all__ = [
     "InvariantViolation",
     "ReadInitiator",
     "RemoteAccessError",
+    "RingLayout",
     "SendMessage",
     "SlotWrite",
+    "SparseBytes",
     "Target",
     "TargetConfig",
+    "TargetLayout",
     "TargetStats",
     "Ticket",
     "WriteInitiator",

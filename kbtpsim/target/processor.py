@@ -54,7 +54,8 @@ from kbtpsim.errors import (
     KbtpError,
     Malformed,
 )
-from kbtpsim.target.config import PS_PER_MS, Binding, TargetConfig, ring_size
+from kbtpsim.target.bytestore import ByteStore
+from kbtpsim.target.config import PS_PER_MS, Binding, TargetConfig
 from kbtpsim.target.direct import (
     PARTITION_STAG_BASE,
     POOL_STAG,
@@ -71,6 +72,8 @@ from kbtpsim.target.effects import (
     WriteRecord,
 )
 from kbtpsim.target.invariant import check_invariant
+from kbtpsim.target.layout import TargetLayout
+from kbtpsim.target.memstore import MemBlockTable, MemFreeRing, MemPool
 from kbtpsim.target.pool import Pool
 from kbtpsim.target.ring import FreeRing, Ticket
 from kbtpsim.target.session import Connection, ConnState, DirectAlloc, InitiatorState
@@ -141,21 +144,26 @@ class _Free:
 class Target(Validation, DirectAccess):
     """The software KBTP target. All public methods take ``now`` in picoseconds."""
 
-    def __init__(self, config: TargetConfig) -> None:
+    def __init__(self, config: TargetConfig, store: ByteStore | None = None,
+                 layout: TargetLayout | None = None) -> None:
+        """Dict-backed without ``store``; with one, the table, ring slots, Head/Tail
+        counters and pool live as bytes in ``store`` at ``layout``'s addresses (default
+        :meth:`TargetLayout.plan`). ``self.layout`` is planned in both modes."""
         self.config = config
-        self.pool = Pool(config.first_block, config.blocks, config.block_size)
-        inits = config.initiators
-        if inits:
-            base = min(i.handle_base for i in inits)
-            end = max(i.handle_base + i.handle_count for i in inits)
+        self.layout = layout if layout is not None else TargetLayout.plan(config)
+        self.layout.check(config)
+        self.store = store
+        if store is None:
+            self.pool = Pool(config.first_block, config.blocks, config.block_size)
+            self.table = BlockTable(self.layout.table_base_handle, self.layout.table_count)
         else:
-            base = end = 0
-        self.table = BlockTable(base, end - base)
+            self.pool = MemPool(store, self.layout, config.first_block, config.blocks,
+                                config.block_size)
+            self.table = MemBlockTable(store, self.layout)
+        inits = config.initiators
         offsets = self.pool.offsets
         shared_f = config.shared_blocks
-        self.shared_ring = FreeRing(
-            "shared", config.shared_ring_slots, offsets[:shared_f], config.counter_mode
-        )
+        self.shared_ring = self._new_ring(0, offsets[:shared_f])
         self.rings: list[FreeRing] = [self.shared_ring]
         self.initiators: dict[str, InitiatorState] = {}
         self._by_id: dict[bytes, InitiatorState] = {}
@@ -165,9 +173,7 @@ class Target(Validation, DirectAccess):
             if ini.features & Feature.DIRECT_ALLOC:
                 part = offsets[next_block : next_block + ini.quota]
                 next_block += ini.quota
-                ring = FreeRing(
-                    f"direct:{ini.name}", ring_size(ini.quota), part, config.counter_mode
-                )
+                ring = self._new_ring(len(self.rings), part)
                 self.rings.append(ring)
                 stag = RING_STAG_BASE | index << 8
                 sess.direct = DirectAlloc(ring, part, stag | 1, stag | 2)
@@ -193,6 +199,15 @@ class Target(Validation, DirectAccess):
         self.held_blocks: dict[int, str] = {}
         #: exceptions that escaped an operation and were answered with INTERNAL
         self.internal_errors: list[Exception] = []
+
+    def _new_ring(self, index: int, blocks: range) -> FreeRing:
+        """The ring ``index`` of the layout (0: shared, then DIRECT_ALLOC partitions)."""
+        where = self.layout.rings[index]
+        if self.store is None:
+            return FreeRing(where.name, where.n_slots, blocks, self.config.counter_mode)
+        return MemFreeRing(self.store, where, blocks, self.config.counter_mode,
+                           addr_le=self.layout.addr_le,
+                           counter_byte_order=self.layout.counter_byte_order)
 
     # ================================================================ public API
 

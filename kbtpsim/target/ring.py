@@ -127,6 +127,9 @@ class FreeRing:
             return index, self.blocks[index]
         return (index - self.n_slots) & MASK32, CONSUMED
 
+    def _put(self, index: int, sequence: int, block: int) -> None:
+        self._slots[index] = (sequence, block)
+
     def slot(self, slot_offset: int) -> RingSlot:
         sequence, block = self._get(self._index(slot_offset))
         return RingSlot(sequence, block)
@@ -144,14 +147,14 @@ class FreeRing:
         sequence, block = self._get(index)
         if block == CONSUMED:
             raise ValueError(f"ring {self.name}: slot {index} is already consumed")
-        self._slots[index] = (sequence, CONSUMED)
+        self._put(index, sequence, CONSUMED)
         waiting = self._deferred.get(index)
         if not waiting:
             return []
         ticket, block = waiting.popleft()
         if not waiting:
             del self._deferred[index]
-        self._slots[index] = (ticket, block)  # Block Offset first, then Sequence
+        self._put(index, ticket, block)  # Block Offset first, then Sequence
         return [SlotWrite(ticket, slot_offset, block)]
 
     def free(self, block_offset: int) -> tuple[SlotWrite, bool]:
@@ -164,7 +167,7 @@ class FreeRing:
         if self._get(index)[1] != CONSUMED or index in self._deferred:
             self._deferred.setdefault(index, deque()).append((got.ticket, block_offset))
             return write, True
-        self._slots[index] = (got.ticket, block_offset)
+        self._put(index, got.ticket, block_offset)
         return write, False
 
     # --- inspection (invariant, snapshots) ----------------------------------------

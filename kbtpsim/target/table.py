@@ -36,12 +36,15 @@ class BlockTable:
     def get(self, handle: int) -> TableEntry:
         return self._entries.get(handle, NEVER_BOUND)
 
+    def _put(self, handle: int, entry: TableEntry) -> None:
+        self._entries[handle] = entry
+
     def bind(self, handle: int, block_offset: int, data_length: int, sealed: bool) -> TableEntry:
         """Write Data Length and Block Offset, then VALID [| SEALED] and the next Generation."""
         old = self.get(handle)
         flags = EntryFlag.VALID | (EntryFlag.SEALED if sealed else EntryFlag(0))
         entry = TableEntry(flags, next_generation(old.generation), data_length, block_offset)
-        self._entries[handle] = entry
+        self._put(handle, entry)
         return entry
 
     def update(self, handle: int, data_length: int, seal: bool) -> TableEntry:
@@ -49,7 +52,7 @@ class BlockTable:
         old = self.get(handle)
         flags = old.flags | (EntryFlag.SEALED if seal else EntryFlag(0))
         entry = TableEntry(flags, old.generation, data_length, old.block_offset)
-        self._entries[handle] = entry
+        self._put(handle, entry)
         return entry
 
     def unbind(self, handle: int) -> TableEntry:
@@ -62,7 +65,7 @@ class BlockTable:
         entry = TableEntry(
             EntryFlag(0), next_generation(old.generation), old.data_length, old.block_offset
         )
-        self._entries[handle] = entry
+        self._put(handle, entry)
         return entry
 
     def items(self) -> Iterator[tuple[int, TableEntry]]:

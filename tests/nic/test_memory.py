@@ -45,3 +45,35 @@ def test_bounds_and_alloc_errors() -> None:
         host.alloc(8, 3)
     with pytest.raises(ValueError, match="positive"):
         host.alloc(0)
+
+
+def test_lazy_initializer() -> None:
+    """Octets never written read as fill(addr, length); a page materialises from the fill
+    on its first write; addresses outside every initializer still read zero."""
+    calls: list[tuple[int, int]] = []
+
+    def fill(addr: int, length: int) -> bytes:
+        calls.append((addr, length))
+        return bytes((a * 7) & 0xFF for a in range(addr, addr + length))
+
+    def want(addr: int, length: int) -> bytes:
+        return bytes((a * 7) & 0xFF for a in range(addr, addr + length))
+
+    mem = SparseMemory()
+    base = 5 * PAGE_SIZE - 10
+    mem.add_initializer(base, 2 * PAGE_SIZE, fill)
+    assert mem.read(base - 4, 8) == bytes(4) + want(base, 4)
+    assert mem.read(base + PAGE_SIZE, 16) == want(base + PAGE_SIZE, 16)
+    assert mem.read(base + 2 * PAGE_SIZE - 2, 4) == want(base + 2 * PAGE_SIZE - 2, 2) + bytes(2)
+    assert mem.pages_touched == 0
+    mem.write(base + 100, b"\0\0")  # materialises page 5 from the fill
+    assert mem.pages_touched == 1
+    assert mem.read(base + 98, 6) == want(base + 98, 2) + b"\0\0" + want(base + 102, 2)
+    assert mem.read(base, 3 * PAGE_SIZE)[: 2 * PAGE_SIZE] != want(base, 2 * PAGE_SIZE)
+    mem.write_u64(base + 8, 0x1122, "big")
+    assert mem.read_u64(base + 8, "big") == 0x1122
+    assert all(length <= 2 * PAGE_SIZE for _, length in calls)
+    with pytest.raises(ValueError, match="overlaps"):
+        mem.add_initializer(base + 10, 4, fill)
+    mem.add_initializer(0, 0, fill)  # empty: ignored
+    assert mem.read(1 << 40, 4) == bytes(4)  # no initializer there
