@@ -13,6 +13,7 @@ big-endian (docs/decisions.md).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from kbtpsim.errors import DecodeError
 from kbtpsim.wire.constants import (
@@ -250,7 +251,7 @@ def _read_hello_ack(r: _Reader, h: Header, order: ByteOrder) -> Message:
 
 
 def _read_data_request(r: _Reader, h: Header, order: ByteOrder, opcode: Opcode) -> Message:
-    flags = RequestFlag(h["flags"])  # type: ignore[call-overload]
+    flags = RequestFlag(cast(int, h["flags"]))
     dd_at = r.pos
     dd = _pull_data_descriptor(r, order)
     cd = _pull_completion_descriptor(r, order) if flags & RequestFlag.RECORD else None
@@ -273,7 +274,7 @@ def _read_data_request(r: _Reader, h: Header, order: ByteOrder, opcode: Opcode) 
 
 
 def _read_free(r: _Reader, h: Header, order: ByteOrder) -> Message:
-    flags = RequestFlag(h["flags"])  # type: ignore[call-overload]
+    flags = RequestFlag(cast(int, h["flags"]))
     if flags & RequestFlag.INLINE:
         raise r.fail("INLINE is not defined for FREE", offset=2)
     cd = _pull_completion_descriptor(r, order) if flags & RequestFlag.RECORD else None

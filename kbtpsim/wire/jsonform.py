@@ -153,7 +153,7 @@ def _flags(obj: dict[str, Any], key: str, kind: type[IntFlag] | None, path: str)
     if not isinstance(value, list):
         raise JsonFormError(f"{path}{key}: expected a list of names, got {value!r}")
     total = 0
-    known = {m.name: m.value for m in kind} if kind is not None else {}
+    known = {str(m.name): m.value for m in kind} if kind is not None else {}
     for item in value:
         if isinstance(item, str) and item.upper() in known:
             total |= known[item.upper()]
