@@ -1,0 +1,114 @@
+"""``kbtpsim chains``: list, show, draw and explain the compiled chains.
+
+``add_chains_parser(subparsers)`` registers the subcommand; ``kbtpsim/cli.py`` calls it.
+User errors print ``kbtpsim: error: ...`` on stderr and return 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from kbtpsim.chains.compiler import OPERATIONS, VARIANTS
+from kbtpsim.chains.plan import decide, decide_op
+from kbtpsim.chains.render import draw, explain, show
+from kbtpsim.nic.profiles import PROFILES, get_profile
+
+EXIT_USAGE = 2
+_OPS = ("LOAD", "STORE", "ALLOC_STORE")
+
+
+def _fail(message: str) -> int:
+    print(f"kbtpsim: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
+    op = args.op.upper().replace("-", "_")
+    if op not in _OPS:
+        return f"unknown operation {args.op!r} (known: {', '.join(_OPS)})"
+    try:
+        profile = get_profile(args.nic)
+    except ValueError as exc:
+        return str(exc)
+    return op, profile
+
+
+def _variant(op: str, inline: bool) -> str:
+    if op == "LOAD":
+        return "load"
+    return {("STORE", True): "store_inline", ("STORE", False): "store_read",
+            ("ALLOC_STORE", True): "alloc_inline", ("ALLOC_STORE", False): "alloc_read"}[
+        (op, inline)]
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    print("operation     variant        what the fast path serves")
+    for op in _OPS:
+        for v in OPERATIONS[op]:
+            print(f"{op:<13} {v:<14} {VARIANTS[v].about}")
+    print(f"profiles: {', '.join(sorted(PROFILES))}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    got = _args(args)
+    if isinstance(got, str):
+        return _fail(got)
+    op, profile = got
+    print(show(decide(_variant(op, args.inline), profile, args.addr_le)))
+    return 0
+
+
+def _cmd_draw(args: argparse.Namespace) -> int:
+    got = _args(args)
+    if isinstance(got, str):
+        return _fail(got)
+    op, profile = got
+    d = decide(_variant(op, args.inline), profile, args.addr_le)
+    title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
+             f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
+    try:
+        draw(d.chain, args.output, title)
+    except OSError as exc:
+        return _fail(f"cannot write {args.output}: {exc.strerror}")
+    print(args.output)
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    got = _args(args)
+    if isinstance(got, str):
+        return _fail(got)
+    op, profile = got
+    print(explain(decide_op(op, profile, args.addr_le)))
+    return 0
+
+
+def add_chains_parser(subparsers: Any) -> None:
+    """Register ``kbtpsim chains {list,show,draw,explain}``."""
+    p = subparsers.add_parser("chains", help="show the work-request chains of KBTP operations")
+    sub = p.add_subparsers(dest="chains_command", metavar="ACTION")
+    p.set_defaults(func=lambda a: (p.print_help(), EXIT_USAGE)[1])
+    q = sub.add_parser("list", help="list operations and their chain variants")
+    q.set_defaults(func=_cmd_list)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("op", metavar="OP", help="LOAD, STORE or ALLOC_STORE")
+        q.add_argument("--nic", required=True, metavar="PROFILE", help="NIC profile name")
+        q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
+
+    q = sub.add_parser("show", help="one WR a line, with the source of every field")
+    common(q)
+    q.add_argument("--inline", action=argparse.BooleanOptionalAction, default=True,
+                   help="STORE/ALLOC_STORE with inline data (default) or an RDMA Read source")
+    q.set_defaults(func=_cmd_show)
+    q = sub.add_parser("draw", help="draw the chain graph to a PNG")
+    common(q)
+    q.add_argument("--inline", action=argparse.BooleanOptionalAction, default=True)
+    q.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    q.set_defaults(func=_cmd_draw)
+    q = sub.add_parser("explain", help="which validations run in the chain, which on the CPU")
+    common(q)
+    q.set_defaults(func=_cmd_explain)

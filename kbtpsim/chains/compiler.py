@@ -1,0 +1,567 @@
+"""The chain compiler: one per-credit chain that serves LOAD, STORE and ALLOC_STORE.
+
+A request credit owns one receive and one chain. The receive cannot know the opcode, so its
+scatter list is the same for every request: the header and Data Descriptor go to a scratch
+buffer ``req`` (except the Block Handle, scattered straight into the table-entry Read's
+remote address, shifted one octet left: a strided key of stride 256 turns ``h << 8`` into
+the address of entry ``h``), the body after the descriptor to a staging buffer ``stg``.
+
+The chain then runs in *steps*; between steps the master QP WAITs for every CQE of the
+step and ENABLEs the managed worker/connection QPs up to the next step's WRs, so a WQE is
+never fetched before the octets placed into it have landed (rule ``held-back``):
+
+1. *dispatch*: patches copy request fields into WQE fields; conditional **markers** test
+   8-octet windows of the request against constants (version, opcode, flags, Generation 0,
+   Status 0, handle range as an aligned power-of-two block, lengths) and each writes
+   ``01`` into one octet of its variant's *arm word*;
+2. the table-entry Read, armed only if the handle lies in the table's block (an
+   out-of-range Read would be a remote access error that kills the QP);
+3. patches of the entry's Block Offset and handle into later WQEs; the entry **marker**;
+4+. the variant's WRs, each conditional on its arm word being all ``01``: data Write /
+   Read, pool and entry Writes, the COMPLETION Send (gathered from the request, the entry
+   and constants: the same octets the software target sends);
+last. *commit*: per variant, a conditional Write of ``01`` (its CQE tells the CPU the NIC
+   finished the request) and a conditional ENABLE of the credit's NOP on the *gate* QP.
+
+Nothing outside the chain's own scratch memory and WQEs is written unless a variant's arm
+word is complete, so a request that fails any test has had no effect: the CPU finds that
+no commit CQE of the credit is a Write, processes the request with the software target,
+and ENABLEs the gate itself. The next credit's master WAITs for the gate, so requests of a
+connection complete in order whoever serves them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from kbtpsim.chains.ir import (
+    Addr,
+    Chain,
+    CondSpec,
+    Const,
+    EdgeKind,
+    Order,
+    Place,
+    Placed,
+    Read,
+    Role,
+    WrTemplate,
+)
+from kbtpsim.nic.memory import ByteOrder
+from kbtpsim.nic.wqe import Opcode
+
+M64 = (1 << 64) - 1
+GO = b"\x01"
+#: Constants every chain gathers from (one shared buffer per connection).
+CONSTS = {"k_hdr": bytes([1, 0x20, 0, 0]), "k_zero": bytes(8), "k_valid": b"\x00\x01",
+          "k_ones": b"\xff" * 8}
+REQ_LEN = 40  #: header (24) + Data Descriptor (16)
+
+# Request layout (FORMATS.md "Common header", "Descriptors")
+RID, HANDLE, GEN_STATUS, DD_STAG, DD_TO, DD_LEN = 4, 12, 20, 24, 28, 36
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """What the constants in a chain depend on."""
+
+    block_size: int = 4096
+    max_inline: int = 4096
+    table_block: tuple[int, int] = (0x4000, 8)  #: (base, bits): handles the table key covers
+    load_block: tuple[int, int] = (0x4000, 8)  #: handles this connection may LOAD
+    own_block: tuple[int, int] = (0x4000, 4)  #: handles this connection may store to
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One fast path of the per-credit chain."""
+
+    name: str  #: "load", "store_inline", "store_read", "alloc_inline", "alloc_read"
+    op: str  #: "LOAD", "STORE", "ALLOC_STORE"
+    opcode: int
+    flags: int  #: flags the fast path accepts ...
+    flags_free: int  #: ... with these bits free to vary
+    inline: bool
+    about: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("load", "LOAD", 0x10, 0x0000, 0x0010, False,
+            "LOAD, flags 0 or ALLOW_UNSEALED, of a sealed full block"),
+    Variant("store_inline", "STORE", 0x11, 0x0001, 0x0002, True,
+            "STORE, INLINE [| SEAL], of a full block"),
+    Variant("store_read", "STORE", 0x11, 0x0000, 0x0000, False,
+            "STORE, RDMA Read source, no SEAL, of a full block"),
+    Variant("alloc_inline", "ALLOC_STORE", 0x12, 0x0001, 0x0002, True,
+            "ALLOC_STORE, INLINE [| SEAL], of a full block"),
+    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x0002, False,
+            "ALLOC_STORE, RDMA Read source [| SEAL], of a full block"),
+)}
+#: Operation name (CLI) -> variants.
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    "LOAD": ("load",),
+    "STORE": ("store_inline", "store_read"),
+    "STORE-INLINE": ("store_inline",),
+    "STORE-READ": ("store_read",),
+    "ALLOC_STORE": ("alloc_inline", "alloc_read"),
+    "ALLOC_STORE-INLINE": ("alloc_inline",),
+    "ALLOC_STORE-READ": ("alloc_read",),
+}
+
+
+def _window(compare: bytes, mask: bytes) -> tuple[bytes, bytes]:
+    return compare.ljust(8, b"\0"), mask.ljust(8, b"\0")
+
+
+def _block_test(block: tuple[int, int], order: Order) -> tuple[bytes, bytes]:
+    """Compare/mask octets testing a handle (in ``order``) against an aligned block; the
+    top octet is tested too (it is dropped by the << 8 of the strided address)."""
+    base, bits = block
+    o: ByteOrder = "little" if order == "little" else "big"
+    mask = (M64 << bits) & M64
+    return base.to_bytes(8, o), mask.to_bytes(8, o)
+
+
+class _Builder:
+    def __init__(self, addr_le: bool, atomic_order: Order, geo: Geometry,
+                 variants: tuple[str, ...]) -> None:
+        self.addr_le = addr_le
+        self.ro: Order = "little" if addr_le else "big"  # request address fields, Block Offset
+        self.ao = atomic_order
+        self.geo = geo
+        self.variants = [VARIANTS[v] for v in variants]
+        self.chain = Chain("credit", addr_le)
+        self.step_wrs: dict[int, list[str]] = {}
+
+    # ---------------------------------------------------------------- helpers
+    def add(self, wr: WrTemplate) -> WrTemplate:
+        self.chain.add(wr)
+        if wr.role in (Role.WORKER, Role.CONN):
+            wr.signaled = wr.opcode is not Opcode.ENABLE
+            self.step_wrs.setdefault(wr.step, []).append(wr.name)
+        return wr
+
+    def marker(self, name: str, part: str, step: int, loc: str, producers: tuple[str, ...],
+               compare: bytes, mask: bytes, about: str, arm: str, slot: int,
+               word_order: Order = "octets", compare_source: Placed | None = None) -> None:
+        self.add(WrTemplate(
+            name, Role.WORKER, Opcode.RDMA_WRITE, part, step, inline=GO,
+            fields={"raddr": Addr(f"buf:{arm}", slot), "rkey": Addr("key:scratch")},
+            cond=CondSpec(Read(loc, 8, producers, about), compare, mask, about, word_order,
+                          compare_source),
+            remote_kind="loopback", note=f"marker: {about} -> {arm}[{slot}]"))
+
+    def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
+              dest: str, what: str, order: Order, producers: tuple[str, ...],
+              offset: int = 0, extra: tuple[Place, ...] = ()) -> None:
+        """A loopback Write copying ``src`` pieces (loc, length, about) into ``dest``
+        (``extra`` declares further fields the same octets run into)."""
+        length = sum(n for _, n, _ in src) - sum(p.length for p in extra)
+        self.add(WrTemplate(
+            name, Role.WORKER, Opcode.RDMA_WRITE, part, step,
+            fields={"raddr": Addr(dest, offset), "rkey": Addr("key:rings")},
+            gather=tuple(Read(loc, n, producers, about) for loc, n, about in src),
+            places=(Place(dest, length, what, order, offset), *extra),
+            remote_kind="loopback", note=f"patch: {what}"))
+
+    def _handle_src(self) -> tuple[str, int, str]:
+        """The 7 handle octets that become ``h << 8`` (the top one is dropped)."""
+        if self.ro == "little":
+            return ("buf:ct+12", 7, "Block Handle[0:7]")
+        return ("buf:ct+13", 7, "Block Handle[1:8]")
+
+    def _shift_at(self) -> int:
+        return 1 if self.ro == "little" else 0
+
+    def armed(self, v: Variant, n_markers: int) -> CondSpec:
+        compare = GO * n_markers
+        mask = b"\xff" * n_markers
+        c, m = _window(compare, mask)
+        return CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
+                             f"arm word of {v.name}"), c, m, f"{v.name} armed")
+
+    # ---------------------------------------------------------------- the chain
+    def build(self) -> Chain:
+        ro, geo = self.ro, self.geo
+        self.arm_producers: dict[str, list[str]] = {v.name: [] for v in self.variants}
+        # --- the receive: header to hdr / ct, descriptor to dd, body to stg ---
+        places = [Place("buf:hdr", 4, "request[0:4] Version, Opcode, Flags"),
+                  Place("buf:ct", 20, "request[4:24] Request ID, Block Handle, Generation, "
+                        "Status", "octets", 4),
+                  Place("buf:dd", 16, "request[24:40] Data Descriptor"),
+                  Place("buf:stg", geo.max_inline + 16,
+                        "request[40:] Completion Descriptor / inline data")]
+        self.add(WrTemplate("recv", Role.RECV, None, "dispatch", 0, places=tuple(places),
+                            note="receive: scatter the request"))
+        # --- step 1: patches and markers on the request ---
+        self.patch("p_handle", "dispatch", 1, [self._handle_src()], "wqe:read_entry.raddr",
+                   "Block Handle << 8 (stride 256)", ro, ("recv",), self._shift_at())
+        need_dd = [v for v in self.variants if v.name in ("load", "store_read", "alloc_read")]
+        for v in need_dd:
+            target = {"load": "load_write", "store_read": "sr_read",
+                      "alloc_read": "ar_read"}[v.name]
+            self.patch(f"p_dd_{v.name}", v.name, 1,
+                       [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
+                        ("buf:dd", 4, "request[24:28] DD STag")],
+                       f"wqe:{target}.raddr", "Data Descriptor Tagged Offset", ro,
+                       ("recv",), extra=(Place(f"wqe:{target}.rkey", 4, "DD STag", ro),))
+        tb_c, tb_m = _block_test(geo.table_block, ro)
+        self.marker("m_table", "dispatch", 1, "buf:ct+12", ("recv",), tb_c, tb_m,
+                    "handle in the table's block", "arm_read", 0)
+        for v in self.variants:
+            self._markers(v)
+        # --- step 2: read the table entry ---
+        self.add(WrTemplate(
+            "read_entry", Role.WORKER, Opcode.RDMA_READ, "dispatch", 2,
+            fields={"raddr": Placed("p_handle", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            places=(Place("buf:w", 8, "entry[0:8] Flags, Generation, Data Length", "big"),
+                    Place("buf:bo", 8, "entry[8:16] Block Offset", ro, 4)),
+            cond=CondSpec(Read("buf:arm_read", 8, ("m_table",), "arm word of the entry Read"),
+                          *_window(GO, b"\xff"), "handle in the table's block"),
+            remote_kind="strided_table", note="read the table entry (strided key)"))
+        # --- step 3+: per variant ---
+        for v in self.variants:
+            getattr(self, f"_v_{v.name}")(v)
+        self._sequence()
+        return self.chain
+
+    def _markers(self, v: Variant) -> None:
+        ro, geo = self.ro, self.geo
+        arm = f"arm_{v.name}"
+        hdr_c, hdr_m = _window(bytes([1, v.opcode]) + v.flags.to_bytes(2, "big"),
+                               b"\xff\xff" + (0xFFFF & ~v.flags_free).to_bytes(2, "big"))
+        tests: list[tuple[str, str, tuple[str, ...], bytes, bytes, str]] = [
+            ("hdr", "buf:hdr", ("recv",), hdr_c, hdr_m,
+             f"version 1, opcode {v.op}, flags {v.flags:#06x} (free {v.flags_free:#06x})"),
+            ("gs", "buf:ct+20", ("recv",), bytes(8), b"\xff\xff\xff\xff",
+             "Generation 0 (any), Status 0"),
+        ]
+        block = geo.load_block if v.op == "LOAD" else geo.own_block
+        rc, rm = _block_test(block, ro)
+        tests.append(("range", "buf:ct+12", ("recv",), rc, rm,
+                      "handle in the " + ("readable" if v.op == "LOAD" else "own") + " range"))
+        len_c, len_m = _window(geo.block_size.to_bytes(4, "little" if ro == "little" else "big"),
+                               b"\xff" * 4)
+        tests.append(("len", "buf:dd+12", ("recv",), len_c, len_m,
+                      "Data Descriptor Length = Block Size"))
+        if v.inline:
+            tests.append(("zdd", "buf:dd", ("recv",), bytes(8), b"\xff" * 8,
+                          "INLINE: STag 0, Tagged Offset[0:4] 0"))
+            tests.append(("zdd2", "buf:dd+4", ("recv",), bytes(8), b"\xff" * 8,
+                          "INLINE: Tagged Offset 0"))
+        for i, (tag, loc, prods, c, m, about) in enumerate(tests):
+            name = f"m_{v.name}_{tag}"
+            self.marker(name, v.name, 1, loc, prods, c, m, about, arm, i)
+            self.arm_producers[v.name].append(name)
+
+    def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:
+        slot = len(self.arm_producers[v.name])
+        name = f"m_{v.name}_entry"
+        self.marker(name, v.name, 3, "buf:w", ("read_entry",), compare, mask, about,
+                    f"arm_{v.name}", slot, "big")
+        self.arm_producers[v.name].append(name)
+
+    def _completion(self, v: Variant, name: str, step: int, length_src: Read,
+                    bo_loc: str, bo_producers: tuple[str, ...]) -> None:
+        gather = (
+            Read("buf:ct", 20, ("recv",), "COMPLETION header: version 1, opcode, flags 0 "
+                 "(preset), Request ID, Block Handle (received)"),
+            Read("buf:w+2", 2, ("read_entry",), "entry Generation"),
+            Read("buf:k_zero", 2, (), "Status OK"),
+            length_src,
+            Read(bo_loc, 12, bo_producers, "reserved 0 (preset), entry Block Offset"),
+        )
+        n = len(self.arm_producers[v.name])
+        self.add(WrTemplate(name, Role.CONN, Opcode.SEND, v.name, step, gather=gather,
+                            cond=self.armed(v, n), note="COMPLETION (Send)"))
+
+    def _v_load(self, v: Variant) -> None:
+        bs, ro = self.geo.block_size, self.ro
+        self.patch("p_bo_load", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
+                   "wqe:load_write.sge0.addr", "entry Block Offset", ro, ("read_entry",))
+        self._entry_marker(v, *_window(b"\x00\x03\x00\x00" + bs.to_bytes(4, "big"),
+                                       b"\xff\xff\x00\x00\xff\xff\xff\xff"),
+                           "entry VALID|SEALED, Data Length = Block Size")
+        n = len(self.arm_producers[v.name])
+        self.add(WrTemplate(
+            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 4,
+            fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
+                    "rkey": Placed("p_dd_load", "DD STag", ro, "patch"),
+                    "sge0.addr": Placed("p_bo_load", "entry Block Offset", ro, "patch"),
+                    "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
+            gather=(Read("pool", bs, (), "the block"),), cond=self.armed(v, n),
+            remote_kind="initiator", note="RDMA Write of the block to the initiator"))
+        self._completion(v, "load_send", 4, Read("buf:w+4", 4, ("read_entry",),
+                                                 "entry Data Length"),
+                         "buf:bo", ("read_entry",))
+        self._commit(v, 5)
+
+    def _store_common(self, v: Variant, data_step: int) -> str:
+        """Entry marker, handle patch and the entry update; returns the update's name."""
+        tag = "si" if v.inline else "sr"
+        self.patch(f"p_h_{tag}", v.name, 1, [self._handle_src()], f"wqe:{tag}_upd.raddr",
+                   "Block Handle << 8", self.ro, ("recv",), self._shift_at())
+        self._entry_marker(v, *_window(b"\x00\x01", b"\xff\xff"), "entry VALID, not SEALED")
+        n = len(self.arm_producers[v.name])
+        flags = (Read("buf:hdr+2", 2, ("recv",), "request Flags (INLINE|SEAL = VALID|SEALED)")
+                 if v.inline else Read("buf:k_valid", 2, (), "VALID"))
+        self.add(WrTemplate(
+            f"{tag}_upd", Role.WORKER, Opcode.RDMA_WRITE, v.name, data_step + 1,
+            fields={"raddr": Placed(f"p_h_{tag}", "Block Handle << 8", self.ro, "patch"),
+                    "rkey": Addr("key:table")},
+            gather=(flags, Read("buf:w+2", 2, ("read_entry",), "entry Generation"),
+                    Read("buf:k_bs", 4, (), "Data Length = Block Size")),
+            cond=self.armed(v, n), remote_kind="strided_table",
+            note="update the entry: Flags, Generation, Data Length"))
+        return f"{tag}_upd"
+
+    def _v_store_inline(self, v: Variant) -> None:
+        bs, ro = self.geo.block_size, self.ro
+        self.patch("p_bo_si", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
+                   "wqe:si_copy.raddr", "entry Block Offset", ro, ("read_entry",))
+        self._store_common(v, 4)
+        n = len(self.arm_producers[v.name])
+        self.add(WrTemplate(
+            "si_copy", Role.WORKER, Opcode.RDMA_WRITE, v.name, 4,
+            fields={"raddr": Placed("p_bo_si", "entry Block Offset", ro, "patch"),
+                    "rkey": Addr("key:pool")},
+            gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=self.armed(v, n),
+            remote_kind="pool", note="copy the inline data into the block"))
+        self._completion(v, "si_send", 6, Read("buf:k_bs", 4, (), "Data Length"),
+                         "buf:bo", ("read_entry",))
+        self._commit(v, 7)
+
+    def _v_store_read(self, v: Variant) -> None:
+        bs, ro = self.geo.block_size, self.ro
+        self.patch("p_bo_sr", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
+                   "wqe:sr_read.sge0.addr", "entry Block Offset", ro, ("read_entry",))
+        self._store_common(v, 4)
+        n = len(self.arm_producers[v.name])
+        self.add(WrTemplate(
+            "sr_read", Role.CONN, Opcode.RDMA_READ, v.name, 4,
+            fields={"raddr": Placed("p_dd_store_read", "DD Tagged Offset", ro, "patch"),
+                    "rkey": Placed("p_dd_store_read", "DD STag", ro, "patch"),
+                    "sge0.addr": Placed("p_bo_sr", "entry Block Offset", ro, "patch"),
+                    "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
+            places=(Place("pool", bs, "the initiator's data"),), cond=self.armed(v, n),
+            remote_kind="initiator", note="RDMA Read of the data into the block"))
+        self._completion(v, "sr_send", 6, Read("buf:k_bs", 4, (), "Data Length"),
+                         "buf:bo", ("read_entry",))
+        self._commit(v, 7)
+
+    def _alloc(self, v: Variant) -> None:
+        """ALLOC_STORE (design; verified, not posted): FetchAdd on Head, Read the slot,
+        Sequence marker, consume the slot, data, entry (Data Length and Block Offset, then
+        Flags and Generation + 1 by a masked FetchAdd on the big-endian entry word, a
+        conditional second add skipping 0), re-read the entry word, completion.
+
+        Quota: the CPU presets octet 7 of the arm word to 01 only in credits it allows an
+        allocation (at most quota - usage of them at refill); other credits hand
+        ALLOC_STORE to the CPU, which answers NO_SPACE or allocates in software."""
+        ro, ao, bs = self.ro, self.ao, self.geo.block_size
+        wo = ro  # a correct chain has request order = WQE order (else byte-order violations)
+        tag = "ai" if v.inline else "ar"
+        self._entry_marker(v, *_window(b"\x00\x00", b"\xff\xff"), "entry not VALID")
+        n = len(self.arm_producers[v.name])
+        armed = self.armed(v, n)
+        armed = CondSpec(armed.word, armed.compare[:7] + GO, armed.mask[:7] + b"\xff",
+                         f"{v.name} armed (and the CPU's quota octet)")
+        seal = v.flags_free & 0x0002
+        self.add(WrTemplate(
+            f"{tag}_fa_head", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 4,
+            fields={"raddr": Addr("ring:head"), "rkey": Addr("key:ring"),
+                    "swap_add": Const(0x0000000100000010, "Add Data"),
+                    "add_mask": Const(0, "bit 63 | bit 31 | bit n+3")},
+            places=(Place("buf:fa", 8, "FetchAdd result: Ticket, Slot Offset", ao),),
+            cond=armed, remote_kind="ring", note="take a ticket"))
+        # the Slot Offset is the low half of the counter word (octets 4..7 big-endian)
+        off_src = 4 if ao == "big" else 0
+        off_dst = 4 if wo == "big" else 0
+        self.patch(f"{tag}_p_slot", v.name, 5, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
+                   f"wqe:{tag}_read_slot.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
+                   off_dst)
+        self.patch(f"{tag}_p_cons", v.name, 5, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
+                   f"wqe:{tag}_consume.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
+                   off_dst)
+        self.patch(f"{tag}_p_tkt", v.name, 5, [(f"buf:fa+{4 - off_src}", 4, "Ticket")],
+                   f"wqe:{tag}_seq.cond_compare", "Ticket", ao, (f"{tag}_fa_head",))
+        self.add(WrTemplate(
+            f"{tag}_read_slot", Role.WORKER, Opcode.RDMA_READ, v.name, 6,
+            fields={"raddr": Placed(f"{tag}_p_slot", "Slot Offset", ao, "patch"),
+                    "rkey": Addr("key:ring")},
+            places=(Place("buf:seq", 4, "slot Sequence", "big"),
+                    Place("buf:bo2", 8, "slot Block Offset", ro, 4)),
+            cond=armed, remote_kind="ring", note="read the slot"))
+        self.add(WrTemplate(
+            f"{tag}_seq", Role.WORKER, Opcode.RDMA_WRITE, v.name, 7, inline=GO,
+            fields={"raddr": Addr(f"buf:arm2_{v.name}"), "rkey": Addr("key:scratch")},
+            cond=CondSpec(Read("buf:seq", 8, (f"{tag}_read_slot",), "slot Sequence"),
+                          *_window(b"", b"\xff" * 4), "slot Sequence = ticket", "big",
+                          Placed(f"{tag}_p_tkt", "Ticket", ao, "patch")),
+            remote_kind="loopback",
+            note="marker: the slot holds this ticket's block (not ready: the CPU takes over "
+            "with this ticket)"))
+        data_wr = f"{tag}_copy" if v.inline else "ar_read"
+        data_field = "raddr" if v.inline else "sge0.addr"
+        self.patch(f"{tag}_p_bo", v.name, 7, [("buf:bo2+4", 8, "slot Block Offset")],
+                   f"wqe:{data_wr}.{data_field}", "slot Block Offset", ro,
+                   (f"{tag}_read_slot",))
+        for i, target in ((1, "ent_lo"), (2, "gen"), (3, "gen0"), (4, "reread")):
+            what = "Block Handle << 8" + (" | 4 (Data Length, Block Offset)" if i == 1 else "")
+            self.patch(f"{tag}_p_h{i}", v.name, 1, [self._handle_src()],
+                       f"wqe:{tag}_{target}.raddr", what, ro, ("recv",), self._shift_at())
+        ready = CondSpec(Read(f"buf:arm2_{v.name}", 8, (f"{tag}_seq",), "slot-ready word"),
+                         *_window(GO, b"\xff"), "slot ready for this ticket")
+        self.add(WrTemplate(
+            f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8,
+            fields={"raddr": Placed(f"{tag}_p_cons", "Slot Offset", ao, "patch"),
+                    "rkey": Addr("key:ring")},
+            gather=(Read("buf:seq", 4, (f"{tag}_read_slot",), "Sequence (unchanged)"),
+                    Read("buf:k_zero", 4, (), "reserved"),
+                    Read("buf:k_ones", 8, (), "Block Offset all ones: consumed")),
+            cond=ready, remote_kind="ring", note="mark the slot consumed"))
+        if v.inline:
+            self.add(WrTemplate(
+                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, 8,
+                fields={"raddr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
+                        "rkey": Addr("key:pool")},
+                gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=ready,
+                remote_kind="pool", note="write the data into the block"))
+        else:
+            self.add(WrTemplate(
+                data_wr, Role.CONN, Opcode.RDMA_READ, v.name, 8,
+                fields={"raddr": Placed("p_dd_alloc_read", "DD Tagged Offset", ro, "patch"),
+                        "rkey": Placed("p_dd_alloc_read", "DD STag", ro, "patch"),
+                        "sge0.addr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
+                        "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
+                places=(Place("pool", bs, "the initiator's data"),), cond=ready,
+                remote_kind="initiator", note="RDMA Read of the data into the block"))
+        self.add(WrTemplate(
+            f"{tag}_ent_lo", Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
+            fields={"raddr": Placed(f"{tag}_p_h1", "Block Handle << 8 | 4", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            gather=(Read("buf:k_bs", 4, (), "Data Length = Block Size"),
+                    Read("buf:bo2+4", 8, (f"{tag}_read_slot",), "Block Offset")),
+            cond=ready, remote_kind="strided_table",
+            note="entry Data Length and Block Offset, after the data"))
+        self.add(WrTemplate(
+            f"{tag}_gen", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 10,
+            fields={"raddr": Placed(f"{tag}_p_h2", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table"),
+                    "swap_add": Const((1 << 48) | (1 << 32),
+                                      "Flags += VALID (SEALED: a variant), Generation += 1"),
+                    "add_mask": Const((1 << 63) | (1 << 47) | (1 << 31), "field carries")},
+            places=(Place("buf:oldw", 8, "old entry word", "big"),), cond=ready,
+            remote_kind="strided_table", atomic_word_order="big",
+            note="Flags and Generation + 1 after Data Length and Block Offset"
+            + (" (SEAL: Flags add 3)" if seal else "")))
+        self.add(WrTemplate(
+            f"{tag}_gen0", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 11,
+            fields={"raddr": Placed(f"{tag}_p_h3", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table"),
+                    "swap_add": Const(1 << 32, "Generation += 1 again (skip 0)")},
+            places=(Place("buf:oldw2", 8, "entry word", "big"),),
+            cond=CondSpec(Read("buf:oldw", 8, (f"{tag}_gen",), "old entry word"),
+                          *_window(b"\x00\x00\xff\xff", b"\x00\x00\xff\xff"),
+                          "old Generation was 0xFFFF"),
+            remote_kind="strided_table", atomic_word_order="big",
+            note="skip Generation 0 (a reader may see it for an instant)"))
+        self.add(WrTemplate(
+            f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 12,
+            fields={"raddr": Placed(f"{tag}_p_h4", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            places=(Place("buf:w", 8, "new entry word", "big"),), cond=ready,
+            remote_kind="strided_table",
+            note="the new Generation for the completion (a FetchAdd returns the old one)"))
+        self._completion(v, f"{tag}_send", 13, Read("buf:k_bs", 4, (), "Data Length"),
+                         "buf:bo2", (f"{tag}_read_slot",))
+        self.chain.wr(f"{tag}_send").gather = tuple(
+            Read(r.loc, r.length, (f"{tag}_reread",), r.about) if r.loc == "buf:w+2" else r
+            for r in self.chain.wr(f"{tag}_send").gather)
+        self._commit(v, 14)
+        for wr_name in (f"{tag}_send", f"commit_{v.name}", f"release_{v.name}"):
+            self.chain.wr(wr_name).cond = ready
+
+    _v_alloc_inline = _alloc
+    _v_alloc_read = _alloc
+
+    def _commit(self, v: Variant, step: int) -> None:
+        n = len(self.arm_producers[v.name])
+        self.add(WrTemplate(
+            f"commit_{v.name}", Role.WORKER, Opcode.RDMA_WRITE, "commit", step, inline=GO,
+            fields={"raddr": Addr("buf:done"), "rkey": Addr("key:scratch")},
+            cond=self.armed(v, n), remote_kind="loopback",
+            note=f"{v.name} done on the NIC (its CQE tells the CPU)"))
+        self.add(WrTemplate(
+            f"release_{v.name}", Role.WORKER, Opcode.ENABLE, "commit", step,
+            fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
+            cond=self.armed(v, n), note="release the next credit"))
+
+    # ---------------------------------------------------------------- master sequence
+    def _sequence(self) -> None:
+        """Master WAIT/ENABLE per step, gate NOP, and the graph's edges."""
+        ch = self.chain
+        self.add(WrTemplate("gate_nop", Role.GATE, Opcode.NOP, "sequence", 99, signaled=True,
+                            note="one per credit; the next credit WAITs for its CQE"))
+        m: list[WrTemplate] = []
+        m.append(self.add(WrTemplate(
+            "wait_prev", Role.MASTER, Opcode.WAIT, "sequence", 0,
+            fields={"target": Addr("cq:gate"), "count": Const(0, "credits before this one")},
+            note="earlier requests of the connection are done")))
+        m.append(self.add(WrTemplate(
+            "wait_recv", Role.MASTER, Opcode.WAIT, "sequence", 0,
+            fields={"target": Addr("cq:recv"), "count": Const(1, "this credit's receive")},
+            note="the request has arrived")))
+        ch.edge("recv", "wait_recv", EdgeKind.COMPLETION)
+        steps = sorted(s for s in self.step_wrs if s > 0)
+        cum = 0
+        for i, s in enumerate(steps):
+            names = self.step_wrs[s]
+            for role in (Role.WORKER, Role.CONN):
+                on = [n for n in names if ch.wr(n).role is role]
+                if not on:
+                    continue
+                en = self.add(WrTemplate(
+                    f"enable_{role.value}_{s}", Role.MASTER, Opcode.ENABLE, "sequence", s,
+                    fields={"target": Addr(f"qp:{role.value}"), "count": Addr(f"wr:{on[-1]}", 1)},
+                    note=f"release step {s} on the {role.value} QP"))
+                m.append(en)
+                for n in on:
+                    ch.edge(en.name, n, EdgeKind.ENABLE)
+            cum += sum(1 for n in names if ch.wr(n).signaled)
+            if i + 1 < len(steps):
+                w = self.add(WrTemplate(
+                    f"wait_step_{s}", Role.MASTER, Opcode.WAIT, "sequence", s,
+                    fields={"target": Addr("cq:chain"), "count": Const(cum, "CQEs so far")},
+                    note=f"every WR of step {s} has completed"))
+                m.append(w)
+                for n in names:
+                    if ch.wr(n).signaled:
+                        ch.edge(n, w.name, EdgeKind.COMPLETION)
+        for a, b in itertools.pairwise(m):
+            ch.edge(a.name, b.name, EdgeKind.QP_ORDER)
+        for v in self.variants:
+            ch.edge(f"release_{v.name}", "gate_nop", EdgeKind.ENABLE)
+        # queue order within each managed QP
+        for role in (Role.WORKER, Role.CONN):
+            seq = [w.name for w in ch.wrs() if w.role is role]
+            for x, y in itertools.pairwise(seq):
+                ch.edge(x, y, EdgeKind.QP_ORDER)
+        ch.notes.append(f"signaled CQEs per credit on the chain CQ: {cum}")
+
+
+def build_chain(addr_le: bool, atomic_order: Order = "little", geo: Geometry | None = None,
+                variants: tuple[str, ...] = tuple(VARIANTS)) -> Chain:
+    """The per-credit chain serving ``variants`` (default: all)."""
+    return _Builder(addr_le, atomic_order, geo or Geometry(), variants).build()
+
+
+def build_software(addr_le: bool, geo: Geometry | None = None) -> Chain:
+    """No fast path: a receive per credit whose CQE wakes the CPU (every request)."""
+    full = build_chain(addr_le, "little", geo, ())
+    sw = full.subchain({"dispatch"}, "software")
+    for name in [n for n in sw.graph.nodes if n != "recv"]:
+        sw.graph.remove_node(name)
+    return sw

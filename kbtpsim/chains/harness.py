@@ -1,0 +1,340 @@
+"""A two-NIC harness: an initiator sends KBTP requests; the target NIC runs pre-posted chains;
+a small CPU model serves fallbacks; a dict-backed software :class:`Target` is the reference.
+
+The target's table, ring slots, Head/Tail counters and pool are bytes in the target NIC's
+host memory, laid out by :class:`~kbtpsim.target.layout.TargetLayout`: the chains and the
+CPU's *memory-backed* :class:`Target` work on the same octets. The target CPU (a simpy
+process) polls the :class:`~kbtpsim.chains.post.ChainServer`:
+
+* a credit the NIC served costs the CPU nothing but its share of the refill batch (the
+  CPU's target sees the NIC's writes in memory: nothing is replayed);
+* a credit the NIC did not serve (``needs_cpu``) is processed by the CPU's target, whose
+  effects go out on a second QP to the initiator (``cpu_qp``); then the CPU releases the
+  credit's gate so the next request runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+import simpy
+
+from kbtpsim.chains.layout import ChainLayout
+from kbtpsim.chains.plan import plan_connection
+from kbtpsim.chains.post import ChainServer, Finished
+from kbtpsim.nic import (
+    Access,
+    Opcode,
+    Sge,
+    Simulation,
+    WcOpcode,
+    WorkRequest,
+    WqeFlags,
+)
+from kbtpsim.nic.memory import ByteOrder
+from kbtpsim.nic.profile import NicProfile
+from kbtpsim.nic.profiles import get_profile
+from kbtpsim.target import (
+    InitiatorConfig,
+    ReadInitiator,
+    SendMessage,
+    Target,
+    TargetConfig,
+    WriteInitiator,
+)
+from kbtpsim.target.effects import Effect
+from kbtpsim.target.layout import TargetLayout
+from kbtpsim.wire import Feature, Hello, Message, encode
+
+S = WqeFlags.SIGNALED
+CONN = 1
+IBUF = 1 << 24  #: initiator buffer size (data below 12 MiB, requests, receives)
+
+
+def iid(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()[:16]
+
+
+@dataclass
+class RunResult:
+    """What a run produced, per Request ID, and what it cost the target CPU."""
+
+    completions: dict[int, bytes] = field(default_factory=dict)
+    invalidated: dict[int, int | None] = field(default_factory=dict)
+    latency_ps: dict[int, int] = field(default_factory=dict)
+    served: dict[int, str | None] = field(default_factory=dict)
+    cpu_requests: int = 0
+    cpu_request_ps: int = 0  #: CPU busy time serving fallbacks
+    refill_ps: int = 0  #: CPU busy time re-posting chains
+    refills: int = 0
+
+
+class Harness:
+    """One initiator "A" (handles ``handle_base`` .., quota ``quota``) on one connection."""
+
+    def __init__(self, profile: str | NicProfile = "ideal", addr_le: bool = True,
+                 block_size: int = 4096,
+                 blocks: int = 8, credits: int = 4, max_inline: int | None = None,
+                 handle_base: int = 0x4000, handle_count: int = 16, quota: int = 8,
+                 variants: tuple[str, ...] | None = None, cpu_request_ns: float = 1000.0,
+                 device_memory: bool = True, refill_batch: int = 1) -> None:
+        prof = get_profile(profile) if isinstance(profile, str) else profile
+        self.config = TargetConfig(
+            blocks=blocks, block_size=block_size, addr_le=addr_le,
+            max_inline=block_size if max_inline is None else max_inline,
+            initiators=(InitiatorConfig("A", iid("A"), quota, handle_base, handle_count),),
+        )
+        self.addr_le = addr_le
+        self.sim = Simulation()
+        self.tnic = self.sim.add_nic("target", prof)
+        self.inic = self.sim.add_nic("initiator", prof)
+        counters: ByteOrder = "big" if prof.atomic_byte_order == "big" else "little"
+        self.target_layout = TargetLayout.plan(self.config, 1 << 40,
+                                               counter_byte_order=counters)
+        self.layout = ChainLayout.of(self.target_layout, self.config)
+        table_key, pool_key = self.layout.register(self.tnic)
+        self.plan = plan_connection(prof, self.config, self.layout, "A", variants)
+        self.server = ChainServer(self.tnic, self.plan.chain, self.layout, credits,
+                                  table_key, pool_key, device_memory)
+        self.cpu_request_ps = round(cpu_request_ns * 1000)
+        self.refill_batch = refill_batch
+        # target CPU's own QP to the initiator, and a bounce buffer
+        tcq = self.tnic.create_cq(1 << 12)
+        self.cpu_qp = self.tnic.create_qp(tcq, tcq, sq_depth=256)
+        self.cpu_cq = tcq
+        self.bounce = self.tnic.host.alloc(2 * block_size + 4096, 4096)
+        self.bounce_mr = self.tnic.register_mr(self.bounce, 2 * block_size + 4096,
+                                               Access.LOCAL_WRITE)
+        # initiator: two QPs (chain connection, CPU connection), buffers, receives
+        icq = self.inic.create_cq(1 << 12)
+        self.icq = icq
+        self.qp_i = self.inic.create_qp(icq, icq, sq_depth=256, rq_depth=256)
+        self.qp_c = self.inic.create_qp(icq, icq, sq_depth=16, rq_depth=256)
+        self.sim.connect(self.qp_i, self.server.conn)
+        self.sim.connect(self.qp_c, self.cpu_qp)
+        self.ibuf = self.inic.host.alloc(IBUF, 4096)
+        self.imr = self.inic.register_mr(
+            self.ibuf, IBUF, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+        self.recv_area = self.ibuf + IBUF - (1 << 16)
+        self._recv_next = 0
+        for qp in (self.qp_i, self.qp_c):
+            for _ in range(64):
+                self._post_irecv(qp)
+        # the CPU's target and the reference target
+        self.cpu_target = Target(self.config, self.tnic.host.memory, self.target_layout)
+        self.cpu_target.connect(CONN, 0)
+        self.reference = Target(self.config)
+        self.reference.connect(CONN, 0)
+        self.ref_ibuf: dict[int, bytes] = {}  #: initiator writes the reference made
+        self.result = RunResult()
+        self._sent: dict[int, int] = {}
+        self._done: simpy.Event | None = None
+        self.sim.env.process(self._cpu())
+
+    # ------------------------------------------------------------------ initiator
+    @property
+    def stag(self) -> int:
+        return self.imr.rkey
+
+    def buf(self, offset: int) -> int:
+        """Tagged Offset of octet ``offset`` of the initiator's data buffer."""
+        return self.ibuf + offset
+
+    def write_ibuf(self, offset: int, data: bytes) -> None:
+        self.inic.host.memory.write(self.ibuf + offset, data)
+        self.ref_ibuf[offset] = data
+
+    def read_ibuf(self, offset: int, length: int) -> bytes:
+        return self.inic.host.memory.read(self.ibuf + offset, length)
+
+    def _post_irecv(self, qp: object) -> None:
+        addr = self.recv_area + 64 * (self._recv_next % 512)
+        self._recv_next += 1
+        qp.post_recv([Sge(addr, 64, self.imr.lkey)], wr_id=addr)  # type: ignore[attr-defined]
+
+    def send(self, msg: Message) -> simpy.Event:
+        """Send ``msg`` now; the event fires with the completion octets."""
+        data = encode(msg, self.addr_le)
+        env = self.sim.env
+        at = self.ibuf + IBUF - (1 << 22)
+        self.inic.host.memory.write(at, data)
+        self.qp_i.post_send(WorkRequest(Opcode.SEND, (Sge(at, len(data), self.imr.lkey),), S))
+        self.qp_i.ring_doorbell()
+        self._sent[msg.request_id] = int(env.now)
+        self._done = env.event()
+        self._ref(data)
+        return self._done
+
+    def _ref(self, data: bytes) -> None:
+        effects = self.reference.handle(CONN, data, 0)
+        self._apply_ref(effects)
+
+    def _apply_ref(self, effects: list[Effect]) -> None:
+        for e in effects:
+            if isinstance(e, WriteInitiator):
+                self.ref_ibuf[e.tagged_offset - self.ibuf] = e.data
+            elif isinstance(e, ReadInitiator):
+                data = self.inic.host.memory.read(e.tagged_offset, e.length)
+                self._apply_ref(self.reference.complete_read(e.token, data, 0))
+            elif isinstance(e, SendMessage):
+                rid = e.message.request_id
+                self.expected[rid] = (e.data, e.invalidate_stag)
+
+    expected: dict[int, tuple[bytes, int | None]]
+
+    def _initiator_poll(self) -> None:
+        for c in self.icq.poll(64):
+            if c.opcode is not WcOpcode.RECV:
+                continue
+            raw = self.inic.host.memory.read(c.wr_id, c.byte_len)
+            qp = self.qp_i if c.qpn == self.qp_i.qpn else self.qp_c
+            self._post_irecv(qp)
+            rid = int.from_bytes(raw[4:12], "big")
+            self.result.completions[rid] = raw
+            if c.invalidated_stag is not None:
+                self.result.invalidated[rid] = c.invalidated_stag
+            self.result.latency_ps[rid] = c.time - self._sent.get(rid, c.time)
+            if self._done is not None and not self._done.triggered:
+                self._done.succeed(raw)
+
+    def run(self, messages: list[Message], hello: bool = True) -> RunResult:
+        """Send ``messages`` one after another (each after the previous completion)."""
+        self.expected = getattr(self, "expected", {})
+        env = self.sim.env
+
+        def driver() -> Generator[simpy.Event, object, None]:
+            msgs = list(messages)
+            if hello:
+                msgs.insert(0, Hello(requested_features=Feature.ADDR_LE,
+                                     completion_credits=8, initiator_id=iid("A")))
+            for m in msgs:
+                done = self.send(m)
+                while not done.triggered:
+                    yield env.timeout(100_000)
+                    self._initiator_poll()
+
+        proc = env.process(driver())
+        env.run(until=proc)
+        # let the CPU see the last credits finish (it learns of fast paths from CQEs)
+        for _ in range(1000):
+            if len(self.result.served) >= len(self._sent):
+                break
+            env.run(until=env.now + 1_000_000)
+        return self.result
+
+    # ------------------------------------------------------------------ target CPU
+    def _cpu(self) -> Generator[simpy.Event, object, None]:
+        env = self.sim.env
+        server = self.server
+        prof = self.tnic.profile
+        while True:
+            finished = server.poll(int(env.now))
+            for f in finished:
+                yield from self._serve(f)
+            if finished:
+                n = server.refill(self.refill_batch)
+                if n:
+                    cost = round((n * len(server.templates) * prof.cpu_post_ns
+                                  + prof.cpu_doorbell_ns) * 1000)
+                    self.result.refill_ps += cost
+                    self.result.refills += n
+                    yield env.timeout(cost)
+            yield env.timeout(round(prof.cpu_poll_ns * 1000))
+
+    def _serve(self, f: Finished) -> Generator[simpy.Event, object, None]:
+        env = self.sim.env
+        rid = int.from_bytes(f.request[4:12], "big") if len(f.request) >= 12 else 0
+        if not f.needs_cpu:
+            self.result.served[rid] = f.served
+            return
+        self.result.cpu_requests += 1
+        # busy time: processing plus posting; waiting for the NIC is not counted
+        self.result.cpu_request_ps += self.cpu_request_ps
+        yield env.timeout(self.cpu_request_ps)
+        effects = self.cpu_target.handle(CONN, f.request, int(env.now))
+        yield from self._execute(effects)
+        self.server.release(f.credit)
+        self.result.served[rid] = None
+
+    def _execute(self, effects: list[Effect]) -> Generator[simpy.Event, object, None]:
+        env = self.sim.env
+        mem = self.tnic.host.memory
+        prof = self.tnic.profile
+        for e in effects:
+            if isinstance(e, WriteInitiator):
+                mem.write(self.bounce, e.data)
+                self.cpu_qp.post_send(WorkRequest(
+                    Opcode.RDMA_WRITE, (Sge(self.bounce, len(e.data), self.bounce_mr.lkey),),
+                    remote_addr=e.tagged_offset, rkey=e.stag))
+            elif isinstance(e, SendMessage):
+                at = self.bounce + 2 * self.config.block_size
+                mem.write(at, e.data)
+                op = Opcode.SEND if e.invalidate_stag is None else Opcode.SEND_WITH_INVALIDATE
+                if e.invalidate_stag is not None:  # what the target sent (the initiator's
+                    # region is not a window, so its CQE does not report the invalidation)
+                    self.result.invalidated[e.message.request_id] = e.invalidate_stag
+                self.cpu_qp.post_send(WorkRequest(
+                    op, (Sge(at, len(e.data), self.bounce_mr.lkey),), S,
+                    imm=e.invalidate_stag or 0))
+            elif isinstance(e, ReadInitiator):
+                self.cpu_qp.post_send(WorkRequest(
+                    Opcode.RDMA_READ, (Sge(self.bounce, e.length, self.bounce_mr.lkey),), S,
+                    remote_addr=e.tagged_offset, rkey=e.stag))
+                self.cpu_qp.ring_doorbell()
+                cost = round((prof.cpu_post_ns + prof.cpu_doorbell_ns) * 1000)
+                self.result.cpu_request_ps += cost
+                yield env.timeout(cost)
+                yield from self.cpu_cq.wait(1)
+                data = mem.read(self.bounce, e.length)
+                more = self.cpu_target.complete_read(e.token, data, int(env.now))
+                yield from self._execute(more)
+                continue
+            self.cpu_qp.ring_doorbell()
+            cost = round((prof.cpu_post_ns + prof.cpu_doorbell_ns) * 1000)
+            self.result.cpu_request_ps += cost
+            yield env.timeout(cost)
+            if isinstance(e, SendMessage):  # the bounce buffer is free again
+                yield from self.cpu_cq.wait(1)
+
+    # ------------------------------------------------------------------ comparison
+    def mismatches(self) -> list[str]:
+        """Every difference from the reference: completions, initiator buffer, table, pool."""
+        out: list[str] = []
+        for rid, (data, inval) in sorted(self.expected.items()):
+            got = self.result.completions.get(rid)
+            if got != data:
+                out.append(f"request {rid}: completion {got.hex() if got else None} != "
+                           f"{data.hex()}")
+            if self.result.invalidated.get(rid) != inval:
+                out.append(f"request {rid}: invalidate {self.result.invalidated.get(rid)} "
+                           f"!= {inval}")
+        for off, data in sorted(self.ref_ibuf.items()):
+            if self.read_ibuf(off, len(data)) != data:
+                out.append(f"initiator buffer at {off:#x} differs")
+        lay, mem = self.layout, self.tnic.host.memory
+        for h in range(lay.table_base, lay.table_base + lay.table_count):
+            want = self.reference.table.get(h).encode(self.addr_le)
+            if mem.read(lay.entry_addr(h), 16) != want:
+                out.append(f"entry {h:#x}: {mem.read(lay.entry_addr(h), 16).hex()} != "
+                           f"{want.hex()}")
+        bs = self.config.block_size
+        for bo in self.reference.pool.offsets:
+            if mem.read(lay.block_addr(bo), bs) != self.reference.pool.read(bo, bs):
+                out.append(f"block {bo:#x} differs")
+        order = self.target_layout.counter_byte_order
+        for ring, where in zip(self.reference.rings, self.target_layout.rings, strict=True):
+            for s in range(ring.n_slots):
+                want = ring.slot(16 * s).encode(self.addr_le)
+                if mem.read(where.slot_addr(16 * s), 16) != want:
+                    out.append(f"ring {ring.name} slot {s} differs")
+            for name, want_word in (("head", ring.head), ("tail", ring.tail)):
+                word = mem.read_u64(getattr(where, f"{name}_addr"), order)
+                if word != want_word:
+                    out.append(f"ring {ring.name} {name} {word:#x} != {want_word:#x}")
+        try:
+            self.cpu_target.check_invariant()
+        except Exception as exc:  # the CPU's target must stay consistent with memory
+            out.append(f"invariant: {exc}")
+        return out

@@ -1,0 +1,99 @@
+"""Where the target's structures live in host memory, as the chains see them.
+
+:class:`ChainLayout` is the part of :class:`kbtpsim.target.layout.TargetLayout` chains use
+(table, pool), built from one with :meth:`ChainLayout.of`, plus the keys chains need: the
+table's strided key and the pool region whose Tagged Offsets are Block Offsets.
+:func:`aligned_block` computes the handle blocks chain conditions test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbtpsim.chains.compiler import Geometry
+from kbtpsim.nic import Access, MemoryRegion, Nic
+from kbtpsim.target import TargetConfig
+from kbtpsim.target.layout import TargetLayout
+
+#: Stride of the table's strided key: the handle is scattered one octet left (h << 8).
+STRIDE = 256
+
+
+def aligned_block(lo: int, hi: int) -> tuple[int, int]:
+    """The largest ``(base, bits)`` with ``base`` a multiple of ``2**bits`` and
+    ``[base, base + 2**bits)`` inside ``[lo, hi)`` (lowest such block on ties)."""
+    if hi <= lo:
+        raise ValueError("empty range")
+    best = (lo, 0)
+    for bits in range(0, 64):
+        size = 1 << bits
+        base = (lo + size - 1) // size * size
+        if base + size <= hi:
+            best = (base, bits)
+        else:
+            break
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLayout:
+    """Table at ``table_addr`` (entry of ``table_base`` first), pool at ``pool_addr``
+    (Block Offset b at ``pool_addr + b``)."""
+
+    table_addr: int
+    table_base: int
+    table_count: int
+    pool_addr: int
+    block_size: int
+    first_block: int
+    blocks: int
+    addr_le: bool
+
+    @classmethod
+    def of(cls, layout: TargetLayout, config: TargetConfig) -> ChainLayout:
+        """The chains' view of a memory-backed target's layout."""
+        if layout.table_addr < 16 * layout.table_base_handle:
+            raise ValueError("table_addr must be >= 16 * Table Base Handle (strided key "
+                             "without a TO base; see docs/design/chains-notes.md)")
+        return cls(layout.table_addr, layout.table_base_handle, layout.table_count,
+                   layout.pool_addr, config.block_size, config.first_block, config.blocks,
+                   config.addr_le)
+
+    def entry_addr(self, handle: int) -> int:
+        return self.table_addr + 16 * (handle - self.table_base)
+
+    def block_addr(self, block_offset: int) -> int:
+        return self.pool_addr + block_offset
+
+    def geometry(self, config: TargetConfig, initiator: str) -> Geometry:
+        """The constants of a connection's chains (handle blocks, sizes)."""
+        ini = next(i for i in config.initiators if i.name == initiator)
+        own = aligned_block(ini.handle_base, ini.handle_base + ini.handle_count)
+        # LOAD: the run of same-domain ranges around the initiator's own range
+        same = sorted((i.handle_base, i.handle_base + i.handle_count)
+                      for i in config.initiators if i.trust_domain == ini.trust_domain)
+        lo, hi = ini.handle_base, ini.handle_base + ini.handle_count
+        for a, b in same:
+            if b == lo:
+                lo = a
+        for a, b in same:
+            if a == hi:
+                hi = b
+        return Geometry(
+            block_size=config.block_size, max_inline=config.max_inline,
+            table_block=aligned_block(self.table_base, self.table_base + self.table_count),
+            load_block=aligned_block(lo, hi), own_block=own)
+
+    def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
+        """The table's strided key (None without ``strided_keys``) and the pool region
+        (Tagged Offset = Block Offset)."""
+        rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
+        table = None
+        if nic.profile.strided_keys:
+            table = nic.register_strided(self.table_addr - 16 * self.table_base, 16,
+                                         self.table_base + self.table_count, STRIDE, rights)
+        start = self.first_block * self.block_size
+        # workaround: Nic.register_mr has no iova argument; the protection table has
+        pool = nic.pt.register(self.pool_addr + start, self.blocks * self.block_size,
+                               rights, base_to=start)
+        return table, pool

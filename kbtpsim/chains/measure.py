@@ -1,0 +1,134 @@
+"""Measured latency and target CPU cost of each operation, per profile and block size.
+
+``python -m kbtpsim.chains.measure [--docs DIR]`` prints the Markdown tables of
+``docs/chains.md`` (and with ``--docs`` regenerates ``DIR/chains/*.png`` and ``*.txt``).
+:func:`measure` is the function behind it.
+
+Method: the harness (:mod:`kbtpsim.chains.harness`) with one initiator, 4 credits, the
+profile's ADDR_LE choice that offloads most (ADDR_LE on little-endian-WQE profiles), a
+sealed full block bound by a first ALLOC_STORE; each measured request is sent alone
+(closed loop) and timed from the initiator's Send to its completion CQE being visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbtpsim.chains.harness import Harness
+from kbtpsim.nic.profiles import PROFILES
+from kbtpsim.wire import AllocStore, DataDescriptor, Load, Message, RequestFlag, Store
+
+OPS = ("LOAD", "STORE-INLINE", "STORE-READ", "ALLOC_STORE-INLINE")
+
+
+@dataclass(frozen=True)
+class Sample:
+    profile: str
+    addr_le: bool
+    op: str
+    block_size: int
+    latency_ns: float
+    served: str  #: "NIC" or "CPU"
+    cpu_ns_per_op: float  #: target CPU busy time spent on the request (fallback only)
+    refill_ns_per_op: float  #: CPU time re-posting chains, per request
+
+
+def _requests(h: Harness, op: str, bs: int, n: int) -> list[Message]:
+    data = bytes(range(256)) * (bs // 256)
+    inl = RequestFlag.INLINE
+    out: list[Message] = [AllocStore(request_id=1, handle=0x4001, flags=inl | RequestFlag.SEAL,
+                                     data_descriptor=DataDescriptor(0, 0, bs),
+                                     inline_data=data),
+                          AllocStore(request_id=2, handle=0x4002, flags=inl,
+                                     data_descriptor=DataDescriptor(0, 0, bs),
+                                     inline_data=data)]
+    for i in range(n):
+        rid = 10 + i
+        if op == "LOAD":
+            out.append(Load(request_id=rid, handle=0x4001,
+                            data_descriptor=DataDescriptor(h.stag, h.buf(0), bs)))
+        elif op == "STORE-INLINE":
+            out.append(Store(request_id=rid, handle=0x4002, flags=inl,
+                             data_descriptor=DataDescriptor(0, 0, bs), inline_data=data))
+        elif op == "STORE-READ":
+            out.append(Store(request_id=rid, handle=0x4002,
+                             data_descriptor=DataDescriptor(h.stag, h.buf(bs), bs)))
+        else:
+            out.append(AllocStore(request_id=rid, handle=0x4003 + i, flags=inl,
+                                  data_descriptor=DataDescriptor(0, 0, bs),
+                                  inline_data=data))
+    return out
+
+
+def best_addr_le(profile: str) -> bool:
+    return PROFILES[profile].wqe_field_byte_order == "little"
+
+
+def measure(profile: str, op: str, block_size: int, n: int = 3,
+            addr_le: bool | None = None) -> Sample:
+    """Latency of the ``n``-th request of ``op`` (steady state) and its CPU cost."""
+    le = best_addr_le(profile) if addr_le is None else addr_le
+    h = Harness(profile, le, block_size=block_size, blocks=8, quota=8)
+    msgs = _requests(h, op, block_size, n)
+    res = h.run(msgs[:2])
+    cpu0, refill0 = res.cpu_request_ps, res.refill_ps
+    res = h.run(msgs[2:], hello=False)
+    mism = h.mismatches()
+    if mism:
+        raise AssertionError(f"{profile} {op}: {mism[:3]}")
+    last = msgs[-1].request_id
+    served = "NIC" if res.served.get(last) else "CPU"
+    return Sample(profile, le, op, block_size, res.latency_ps[last] / 1000, served,
+                  (res.cpu_request_ps - cpu0) / 1000 / n, (res.refill_ps - refill0) / 1000 / n)
+
+
+def table(samples: list[Sample]) -> str:
+    rows = ["| profile | ADDR_LE | operation | block | latency (us) | served by | "
+            "CPU per op (ns) | refill per op (ns) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for s in samples:
+        size = "4 KiB" if s.block_size == 4096 else "1 MiB"
+        rows.append(f"| {s.profile} | {'on' if s.addr_le else 'off'} | {s.op} | {size} | "
+                    f"{s.latency_ns / 1000:.2f} | {s.served} | {s.cpu_ns_per_op:.0f} | "
+                    f"{s.refill_ns_per_op:.0f} |")
+    return "\n".join(rows)
+
+
+def write_assets(root: Path) -> None:
+    """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (offloaded) and
+    LOAD on cx5 (rejected), drawn and listed."""
+    from kbtpsim.chains.plan import decide
+    from kbtpsim.chains.render import draw, show
+
+    out = root / "chains"
+    out.mkdir(parents=True, exist_ok=True)
+    cases = [(v, "ideal", True) for v in
+             ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")]
+    cases.append(("load", "cx5", False))
+    for variant, prof, le in cases:
+        d = decide(variant, PROFILES[prof], le)
+        stem = f"{variant}-{prof}{'-addr-le' if le else ''}"
+        (out / f"{stem}.txt").write_text(show(d) + "\n")
+        draw(d.chain, str(out / f"{stem}.png"),
+             f"{variant} on {prof}, ADDR_LE {'on' if le else 'off'}: "
+             f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kbtpsim.chains.measure")
+    parser.add_argument("--docs", metavar="DIR", help="also regenerate DIR/chains/*")
+    parser.add_argument("--profiles", default="cx5,irdma,ideal,cx3-40g-ib")
+    args = parser.parse_args(argv)
+    if args.docs:
+        write_assets(Path(args.docs))
+    samples = [measure(p, op, bs) for p in args.profiles.split(",") for op in OPS
+               for bs in (4096, 1 << 20)]
+    print(table(samples))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Which operations a profile runs in chains, and why the others go to the target CPU.
+
+For each fast-path variant the compiler builds the variant's chain for the profile's byte
+orders and runs the verifier; a variant with no violation is *offloaded*, any other falls
+back to software with the violations as its reasons (nothing degrades silently). The
+per-connection chain contains only the offloaded variants.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kbtpsim.chains.compiler import OPERATIONS, VARIANTS, Geometry, build_chain, build_software
+from kbtpsim.chains.ir import Chain
+from kbtpsim.chains.layout import ChainLayout
+from kbtpsim.chains.verify import Violation, verify
+from kbtpsim.nic.profile import NicProfile
+from kbtpsim.target import TargetConfig
+
+
+@dataclass
+class Decision:
+    """The outcome for one variant on one profile and byte order."""
+
+    variant: str
+    profile: str
+    addr_le: bool
+    chain: Chain
+    violations: list[Violation]
+
+    @property
+    def offloaded(self) -> bool:
+        return not self.violations
+
+    def reasons(self) -> list[str]:
+        """The violations, one line per distinct (rule, message), without WR names."""
+        seen: dict[str, list[str]] = {}
+        for v in self.violations:
+            key = f"[{v.rule}] {v.message}"
+            cap = re.search(r"needs '(\w+)', which profile (\S+) lacks", v.message)
+            if v.rule == "capability" and cap and cap.group(1) == "native_conditional":
+                key = (f"[capability] conditional execution needs 'native_conditional', "
+                       f"which profile {cap.group(2)} lacks")
+            seen.setdefault(key, []).append(f"{v.wr}.{v.field}")
+        return [f"{k} (at {', '.join(w[:3])}{', ...' if len(w) > 3 else ''})"
+                for k, w in seen.items()]
+
+
+def decide(variant: str, profile: NicProfile, addr_le: bool,
+           geo: Geometry | None = None) -> Decision:
+    chain = build_chain(addr_le, _order(profile), geo, (variant,))
+    chain.name = variant
+    return Decision(variant, profile.name, addr_le, chain, verify(chain, profile))
+
+
+def decide_op(op: str, profile: NicProfile, addr_le: bool,
+              geo: Geometry | None = None) -> list[Decision]:
+    return [decide(v, profile, addr_le, geo) for v in OPERATIONS[op]]
+
+
+def _order(profile: NicProfile):  # type: ignore[no-untyped-def]
+    return profile.atomic_byte_order
+
+
+#: Variants :class:`~kbtpsim.chains.post.ChainServer` can post. The ALLOC_STORE chains exist
+#: as IR (shown, drawn, verified) but their ring FetchAdd, slot Read and Generation FetchAdd
+#: are not materialised yet; no shipped profile verifies them anyway.
+RUNNABLE = frozenset({"load", "store_inline", "store_read"})
+NOT_RUNNABLE = ("the chain verifies on this profile, but ChainServer does not post "
+                "ALLOC_STORE chains yet (ring and atomic materialisation not implemented)")
+
+
+@dataclass
+class ConnectionPlan:
+    """The chain one connection pre-posts, and the variants left to the CPU."""
+
+    chain: Chain
+    offloaded: tuple[str, ...]
+    software: dict[str, list[str]] = field(default_factory=dict)
+
+
+def plan_connection(profile: NicProfile, config: TargetConfig, layout: ChainLayout,
+                    initiator: str, variants: tuple[str, ...] | None = None
+                    ) -> ConnectionPlan:
+    """Verify each variant for this connection's geometry; build the chain of the sound
+    ones (with none, the chain is the dispatch prefix alone: every request goes to the
+    CPU)."""
+    geo = layout.geometry(config, initiator)
+    wanted = tuple(VARIANTS) if variants is None else variants
+    ok: list[str] = []
+    software: dict[str, list[str]] = {}
+    for v in wanted:
+        d = decide(v, profile, config.addr_le, geo)
+        if d.offloaded and v in RUNNABLE:
+            ok.append(v)
+        elif d.offloaded:
+            software[v] = [NOT_RUNNABLE]
+        else:
+            software[v] = d.reasons()
+    chain = (build_chain(config.addr_le, _order(profile), geo, tuple(ok)) if ok
+             else build_software(config.addr_le, geo))
+    return ConnectionPlan(chain, tuple(ok), software)

@@ -1,0 +1,386 @@
+"""Posting chains on the NIC model: one :class:`ChainServer` per connection.
+
+``ChainServer(nic, chain, layout, credits)`` creates the connection's queues (the managed
+connection QP to connect to the initiator, a managed loopback *worker*, an unmanaged
+loopback *master* running the WAIT/ENABLE sequence, a managed loopback *gate*), registers
+per-credit scratch memory and pre-posts ``credits`` chains. The CPU side then:
+
+* :meth:`ChainServer.poll` -- read CQEs (chain CQ, receive CQ) and return the credits that
+  finished, each as a :class:`Finished` saying whether the NIC served it (a commit Write
+  completed) or the CPU must (``needs_cpu``), with the request octets;
+* :meth:`ChainServer.release` -- after serving a fallback, let the next credit run
+  (what the chain's conditional ENABLE of the gate does on the fast path);
+* :meth:`ChainServer.refill` -- re-post finished credits, in one batch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kbtpsim.chains.compiler import CONSTS, REQ_LEN
+from kbtpsim.chains.ir import Addr, Chain, Const, Placed, Role, WrTemplate
+from kbtpsim.chains.layout import ChainLayout
+from kbtpsim.nic import (
+    Access,
+    Condition,
+    MemoryRegion,
+    Nic,
+    QueuePair,
+    Sge,
+    WcOpcode,
+    WorkRequest,
+    WqeFlags,
+    connect,
+    field_layout,
+)
+from kbtpsim.nic.memory import ByteOrder
+from kbtpsim.nic.wqe import Opcode
+
+_LOC = re.compile(r"^(buf|wqe):([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_.]+?))?(?:\+(\d+))?$")
+ROLE_BITS = 16
+COMMIT_TAG = 0xC000
+
+
+@dataclass
+class Finished:
+    """A credit whose chain has run to its end."""
+
+    credit: int  #: absolute credit number (0, 1, 2, ... per connection)
+    served: str | None  #: the variant the NIC served, or None: the CPU must serve it
+    request: bytes  #: the request's octets as received
+    time: int  #: when the CPU saw it (ps)
+
+    @property
+    def needs_cpu(self) -> bool:
+        return self.served is None
+
+
+@dataclass
+class _Credit:
+    number: int
+    bufs: dict[str, int]
+    index: dict[str, tuple[QueuePair, int]] = field(default_factory=dict)
+    seen: int = 0
+    served: str | None = None
+    recv_len: int | None = None
+
+
+class ChainServer:
+    """Pre-posted chains of one connection (see module docstring)."""
+
+    def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
+                 table_key: MemoryRegion | None, pool_key: MemoryRegion,
+                 device_memory: bool = True) -> None:
+        self.nic = nic
+        self.chain = chain
+        self.layout = layout
+        self.credits = credits
+        self.table_key = table_key
+        self.pool_key = pool_key
+        self.templates = list(chain.wrs())
+        self.per_credit = {r: [w for w in self.templates if w.role is r] for r in Role}
+        self.signaled = sum(1 for w in self.templates
+                            if w.role in (Role.WORKER, Role.CONN) and w.signaled)
+        n_work = len(self.per_credit[Role.WORKER])
+        n_conn = len(self.per_credit[Role.CONN])
+        n_master = len(self.per_credit[Role.MASTER])
+        depth = 2 * credits
+        #: no fast path at all: every receive goes straight to the CPU
+        self.software = n_work == 0
+        self.chain_cq = nic.create_cq(1 << 16)
+        self.recv_cq = nic.create_cq(1 << 12)
+        self.gate_cq = nic.create_cq(1 << 12)
+        self.master_cq = nic.create_cq(1 << 12)
+        managed = not self.software
+        #: send rings and the small scratch words in NIC device memory (fetches and
+        #: condition reads cost nic_mem_ns instead of a PCIe round trip)
+        dm = device_memory and managed
+        self.device_memory = dm
+        self.conn = nic.create_qp(self.chain_cq, self.recv_cq, sq_depth=max(1, n_conn) * depth,
+                                  rq_depth=depth, managed=managed, sq_in_nic_memory=dm)
+        self.qps = {Role.CONN: self.conn}
+        if managed:
+            self.worker = nic.create_qp(self.chain_cq, self.chain_cq,
+                                        sq_depth=max(1, n_work) * depth, managed=True,
+                                        sq_in_nic_memory=dm)
+            self.master = nic.create_qp(self.master_cq, self.master_cq,
+                                        sq_depth=max(1, n_master) * depth,
+                                        sq_in_nic_memory=dm)
+            self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
+                                      managed=True, sq_in_nic_memory=dm)
+            for qp in (self.worker, self.master, self.gate):
+                connect(qp, qp)
+            self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
+                             Role.GATE: self.gate})
+        # scratch: per-credit buffers, then shared constants
+        sizes = self._buffer_sizes()
+        self.stg_size = sizes.pop("stg", 16)
+        self.slot_size = sum(sizes.values())
+        total = self.slot_size * credits + 64
+        mem = nic.host
+        rights = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+        self.scratch_addr = nic.dm_alloc(total, 4096) if dm else mem.alloc(total, 4096)
+        self.scratch = nic.register_mr(self.scratch_addr, total, rights)
+        self.staging_addr = mem.alloc(self.stg_size * credits, 4096)
+        self.staging = nic.register_mr(self.staging_addr, self.stg_size * credits, rights)
+        self.sizes = sizes
+        consts = dict(CONSTS)
+        consts["k_bs"] = layout.block_size.to_bytes(4, "big")
+        self.consts: dict[str, int] = {}
+        at = self.scratch_addr + self.slot_size * credits
+        for name, raw in consts.items():
+            self.consts[name] = at
+            mem.memory.write(at, raw)
+            at += len(raw)
+        self.posted = 0  #: credits posted so far
+        self.finished = 0  #: credits the CPU has seen finish
+        self.live: dict[int, _Credit] = {}
+        self.free_slots: list[int] = []
+        #: CPU accounting
+        self.wrs_posted = 0
+        self.doorbells = 0
+        for _ in range(credits):
+            self._post_credit()
+        self._doorbell()
+
+    def _doorbell(self) -> None:
+        if not self.software:
+            self.master.ring_doorbell()
+        self.doorbells += 1
+
+    # ------------------------------------------------------------------ buffers
+    def _buffer_sizes(self) -> dict[str, int]:
+        names: dict[str, int] = {"hdr": 8, "ct": 32, "dd": 24, "w": 8, "bo": 16, "done": 8}
+        for w in self.templates:
+            for src in [*w.fields.values()]:
+                if isinstance(src, Addr) and src.ref.startswith("buf:"):
+                    names.setdefault(src.ref[4:], 8)
+            for rd in w.gather + ((w.cond.word,) if w.cond else ()):
+                m = _LOC.match(rd.loc)
+                if m and m.group(1) == "buf":
+                    names.setdefault(m.group(2), 8)
+            for p in w.places:
+                m = _LOC.match(p.dest)
+                if m and m.group(1) == "buf":
+                    size = max(8, p.offset + p.length)
+                    names[m.group(2)] = max(names.get(m.group(2), 8), size)
+        for k in CONSTS:
+            names.pop(k, None)
+        names.pop("k_bs", None)
+        return {k: (v + 7) // 8 * 8 for k, v in names.items()}
+
+    def _init_buffers(self, slot: int) -> dict[str, int]:
+        mem = self.nic.host.memory
+        at = self.scratch_addr + slot * self.slot_size
+        bufs = {}
+        for name, size in self.sizes.items():
+            bufs[name] = at
+            fill = b"\xff" * size if name == "w" else bytes(size)
+            if name == "ct":
+                fill = CONSTS["k_hdr"] + bytes(size - 4)
+            mem.write(at, fill)
+            at += size
+        bufs["stg"] = self.staging_addr + slot * self.stg_size
+        return bufs
+
+    # ------------------------------------------------------------------ resolution
+    def _loc(self, cr: _Credit, loc: str) -> tuple[int, int]:
+        """(address, key) of ``buf:NAME[+n]`` / ``wqe:WR.FIELD[+n]``."""
+        m = _LOC.match(loc)
+        if m is None:
+            raise ValueError(f"bad location {loc!r}")
+        kind, name, fld, off = m.group(1), m.group(2), m.group(3), int(m.group(4) or 0)
+        if kind == "buf":
+            if name in self.consts:
+                return self.consts[name] + off, self.scratch.lkey
+            key = self.staging.lkey if name == "stg" else self.scratch.lkey
+            return cr.bufs[name] + off, key
+        qp, idx = cr.index[name]
+        wr = self._shapes[name]
+        return qp.wqe_addr(idx) + field_layout(wr)[fld][0] + off, qp.sq_mr.lkey
+
+    def _value(self, cr: _Credit, w: WrTemplate, src: object) -> int:
+        if isinstance(src, Const):
+            return int.from_bytes(src.value, "big") if isinstance(src.value, bytes) \
+                else src.value
+        if isinstance(src, Placed):
+            return 0  # written at run time
+        assert isinstance(src, Addr)
+        ref = src.ref
+        if ref.startswith(("buf:", "wqe:")):
+            return self._loc(cr, ref)[0] + src.offset
+        if ref == "key:scratch":
+            return self.scratch.rkey
+        if ref == "key:table":
+            if self.table_key is None:
+                raise ValueError("the chain uses the table's strided key, which is missing")
+            return self.table_key.rkey
+        if ref == "key:pool":
+            return self.pool_key.lkey
+        if ref.startswith("qp:"):
+            return self.qps[Role(ref[3:])].qpn
+        if ref.startswith("wr:"):
+            return cr.index[ref[3:]][1] + src.offset
+        raise ValueError(f"{w.name}: cannot resolve {ref!r}")
+
+    def _rkey_for(self, cr: _Credit, w: WrTemplate) -> int:
+        src = w.fields.get("rkey")
+        if isinstance(src, Addr) and src.ref == "key:rings":
+            dest = w.places[0].dest
+            name = dest[4:].split(".")[0]
+            return cr.index[name][0].sq_mr.rkey
+        return self._value(cr, w, src) if src is not None else 0
+
+    def _wait_count(self, cr: _Credit, w: WrTemplate) -> int:
+        target = w.fields["target"]
+        count = w.fields["count"]
+        assert isinstance(target, Addr)
+        if isinstance(count, Addr):
+            return self._value(cr, w, count)
+        assert isinstance(count, Const) and isinstance(count.value, int)
+        per = {"cq:chain": self.signaled, "cq:recv": 1, "cq:gate": 1}[target.ref]
+        return cr.number * per + count.value
+
+    def _build(self, cr: _Credit, w: WrTemplate, shape: bool) -> WorkRequest:
+        op = w.opcode
+        assert op is not None
+        flags = WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE
+        kw: dict[str, object] = {}
+        order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" else "little"
+        if w.cond is not None:
+            if shape:
+                kw["cond"] = Condition(0, 0, 0, 0)
+            else:
+                addr, key = self._loc(cr, w.cond.word.loc)
+                kw["cond"] = Condition(addr, key, int.from_bytes(w.cond.compare, order),
+                                       int.from_bytes(w.cond.mask, order))
+        wr_id = cr.number << ROLE_BITS | self.templates.index(w)
+        if w.name.startswith("commit_"):
+            wr_id = cr.number << ROLE_BITS | COMMIT_TAG | self.templates.index(w)
+        if op in (Opcode.WAIT, Opcode.ENABLE):
+            if not shape:
+                kw["target"] = self._target(w)
+                kw["count"] = self._wait_count(cr, w)
+            return WorkRequest(op, flags=flags, wr_id=wr_id, **kw)  # type: ignore[arg-type]
+        if op is Opcode.NOP:
+            return WorkRequest(op, flags=flags, wr_id=wr_id)
+        sges: list[Sge] = []
+        if "sge0.addr" in w.fields:
+            count = w.fields["sge0.count"]
+            assert isinstance(count, Const) and isinstance(count.value, int)
+            sges.append(Sge(0, count.value, self.pool_key.lkey))
+        elif op is Opcode.RDMA_READ:
+            for p in w.places:
+                addr, key = (0, 0) if shape else self._loc(cr, f"{p.dest}+{p.offset}"
+                                                            if p.offset else p.dest)
+                sges.append(Sge(addr, p.length, key))
+        elif w.inline is None:
+            for rd in w.gather:
+                addr, key = (0, 0) if shape else self._loc(cr, rd.loc)
+                sges.append(Sge(addr, rd.length, key))
+        if not shape:
+            kw["remote_addr"] = self._value(cr, w, w.fields["raddr"]) \
+                if "raddr" in w.fields else 0
+            kw["rkey"] = self._rkey_for(cr, w)
+        return WorkRequest(op, tuple(sges), flags, inline_data=w.inline, wr_id=wr_id,
+                           **kw)  # type: ignore[arg-type]
+
+    def _target(self, w: WrTemplate) -> int:
+        t = w.fields["target"]
+        assert isinstance(t, Addr)
+        kind, name = t.ref.split(":")
+        if kind == "qp":
+            return self.qps[Role(name)].qpn
+        cq = {"chain": self.chain_cq, "recv": self.recv_cq, "gate": self.gate_cq}[name]
+        return cq.cqn
+
+    # ------------------------------------------------------------------ posting
+    def _post_credit(self) -> None:
+        number = self.posted
+        slot = number % self.credits
+        cr = _Credit(number, self._init_buffers(slot))
+        # index assignment, then shapes (for field offsets), then the real WRs
+        self._shapes: dict[str, WorkRequest] = {}
+        counters = {r: q.post_index for r, q in self.qps.items()}
+        for w in self.templates:
+            if w.role is Role.RECV:
+                continue
+            cr.index[w.name] = (self.qps[w.role], counters[w.role])
+            counters[w.role] += 1
+        for w in self.templates:
+            if w.role is not Role.RECV:
+                self._shapes[w.name] = self._build(cr, w, shape=True)
+        for role in (Role.WORKER, Role.CONN, Role.GATE, Role.MASTER):
+            if role not in self.qps:
+                continue
+            qp = self.qps[role]
+            for w in self.per_credit[role]:
+                wr = self._build(cr, w, shape=False)
+                idx = qp.post_send(wr)
+                assert idx == cr.index[w.name][1], (w.name, idx)
+                self.wrs_posted += 1
+        recv = self.per_credit[Role.RECV][0]
+        sges = []
+        for p in recv.places:
+            loc = p.dest + (f"+{p.offset}" if p.offset else "")
+            addr, key = self._loc(cr, loc)
+            sges.append(Sge(addr, p.length, key))
+        self.conn.post_recv(sges, wr_id=number)
+        self.wrs_posted += 1
+        self.live[number] = cr
+        self.posted += 1
+
+    def refill(self, min_batch: int = 1) -> int:
+        """Re-post every finished credit in one batch (one doorbell) if at least
+        ``min_batch`` have finished; returns how many were re-posted."""
+        n = 0
+        if len(self.free_slots) < min_batch:
+            return 0
+        while self.free_slots:
+            self.free_slots.pop()
+            self._post_credit()
+            n += 1
+        if n:
+            self._doorbell()
+        return n
+
+    # ------------------------------------------------------------------ completions
+    def request_bytes(self, cr: _Credit) -> bytes:
+        """The request as received (the handle sits in the entry Read's WQE)."""
+        mem = self.nic.host.memory
+        b = cr.bufs
+        req = mem.read(b["hdr"], 4) + mem.read(b["ct"] + 4, 20) + mem.read(b["dd"], 16)
+        n = cr.recv_len if cr.recv_len is not None else REQ_LEN
+        body = mem.read(cr.bufs["stg"], max(0, n - REQ_LEN))
+        return (req + body)[:n]
+
+    def poll(self, now: int) -> list[Finished]:
+        """Credits whose chain ended since the last call, in order."""
+        self.gate_cq.poll(1 << 12)  # gate NOP CQEs only feed WAITs: drain them
+        for c in self.recv_cq.poll(1 << 12):
+            cr = self.live.get(c.wr_id)
+            if cr is not None:
+                cr.recv_len = c.byte_len
+        for c in self.chain_cq.poll(1 << 12):
+            number = c.wr_id >> ROLE_BITS
+            cr = self.live[number]
+            cr.seen += 1
+            if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
+                w = self.templates[c.wr_id & 0x3FFF]
+                cr.served = w.name.removeprefix("commit_")
+        out = []
+        while self.finished in self.live:
+            cr = self.live[self.finished]
+            if cr.seen < self.signaled or cr.recv_len is None:
+                break
+            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now))
+            del self.live[self.finished]
+            self.free_slots.append(cr.number % self.credits)
+            self.finished += 1
+        return out
+
+    def release(self, credit: int) -> None:
+        """The CPU served ``credit``: let the next credit's chain start."""
+        if not self.software:
+            self.gate.enable(credit + 1)  # one gate NOP per credit, in order

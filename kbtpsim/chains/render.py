@@ -1,0 +1,185 @@
+"""Text listings, drawings and explanations of chains (what ``kbtpsim chains`` prints)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.ir import Chain, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.plan import Decision
+
+#: Per variant: (validation, where, why). "chain" = enforced by the NIC; "CPU" = the request
+#: goes to the target CPU, which answers exactly as the software target.
+VALIDATIONS: dict[str, list[tuple[str, str, str]]] = {
+    "load": [
+        ("version, opcode, Status 0, flags", "chain",
+         "marker on request octets 0..3 and 22..23; RECORD, INVALIDATE, unknown bits -> CPU"),
+        ("handle range (readable)", "chain + CPU",
+         "marker: handle in the largest aligned power-of-two block of the trust domain's "
+         "ranges; other handles -> CPU (INVALID_HANDLE or served there)"),
+        ("VALID", "chain", "entry marker: Flags = VALID|SEALED"),
+        ("SEALED / ALLOW_UNSEALED", "chain + CPU",
+         "sealed entries in chain (ALLOW_UNSEALED bit masked out); an unsealed entry -> CPU "
+         "(a mask cannot depend on a request flag)"),
+        ("Generation", "chain + CPU",
+         "Generation 0 (any) in chain; non-zero -> CPU (a compare operand placed from the "
+         "request serves one conditional WR only: one source, one destination)"),
+        ("Data Length <= descriptor Length", "chain + CPU",
+         "chain requires Data Length = descriptor Length = Block Size (conditions test "
+         "equality; Data Length is big-endian and cannot be a WR length on LE WQEs); "
+         "other lengths -> CPU"),
+    ],
+    "store_inline": [
+        ("version, opcode, Status 0, flags", "chain",
+         "INLINE [| SEAL] only; INVALIDATE, RECORD, unknown bits -> CPU"),
+        ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
+        ("VALID, not SEALED", "chain", "entry marker: Flags = VALID"),
+        ("Generation", "chain + CPU", "0 in chain; non-zero -> CPU"),
+        ("inline length <= Max Inline, <= Block Size; STag/TO 0 (D7)", "chain + CPU",
+         "chain requires Length = Block Size <= Max Inline and STag = TO = 0; rest -> CPU"),
+        ("SEAL", "chain", "new Flags = request Flags octets (INLINE|SEAL = VALID|SEALED)"),
+    ],
+    "store_read": [
+        ("version, opcode, Status 0, flags", "chain",
+         "flags 0 only; SEAL, INVALIDATE, RECORD -> CPU (new Flags are a constant)"),
+        ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
+        ("VALID, not SEALED", "chain", "entry marker: Flags = VALID"),
+        ("Generation", "chain + CPU", "0 in chain; non-zero -> CPU"),
+        ("Length <= Block Size", "chain + CPU", "chain requires Length = Block Size"),
+    ],
+    "alloc_inline": [
+        ("handle range, not VALID, Generation", "chain (design)",
+         "markers as for STORE, entry marker Flags = 0"),
+        ("quota (NO_SPACE)", "CPU accounting",
+         "design: the CPU arms the ALLOC_STORE variant in at most quota - usage credits "
+         "at refill; unarmed credits hand ALLOC_STORE to the CPU"),
+        ("ring Sequence = ticket", "chain (design)",
+         "marker comparing the slot's Sequence with the FetchAdd's Ticket; slot not ready "
+         "-> CPU, which waits for the slot (counted)"),
+        ("Generation + 1 (skip 0)", "chain (design)",
+         "masked FetchAdd on the big-endian entry word; the skip over 0 needs a second "
+         "conditional add"),
+    ],
+}
+VALIDATIONS["alloc_read"] = VALIDATIONS["alloc_inline"]
+#: Divergences the chain cannot avoid (listed, never silent).
+LIMITS = [
+    "message length is invisible to work requests: a request whose octet count disagrees "
+    "with its header (trailing octets, inline data shorter than the descriptor Length: "
+    "MALFORMED in software) is served by the fast path as if well-formed; the CPU sees the "
+    "receive's byte count only when it refills the credit",
+]
+
+
+def source_text(wr: WrTemplate) -> str:
+    parts = [f"{k}={v.describe()}" for k, v in wr.fields.items()]
+    if wr.inline is not None:
+        parts.append(f"inline={wr.inline.hex()}")
+    for rd in wr.gather:
+        prod = f" <- {','.join(rd.producers)}" if rd.producers else ""
+        parts.append(f"gather {rd.loc}[{rd.length}] ({rd.about}){prod}")
+    for p in wr.places:
+        parts.append(f"place {p.length}B -> {p.dest}{'+' + str(p.offset) if p.offset else ''}"
+                     f" ({p.what}, {p.order})")
+    return "; ".join(parts)
+
+
+def listing(chain: Chain) -> list[str]:
+    """One line per WR: step, queue, name, opcode, condition, field sources."""
+    lines = []
+    for w in chain.wrs():
+        sig = " S" if w.signaled else ""
+        cond = f" if[{w.cond.about}]" if w.cond is not None else ""
+        lines.append(f"{w.step:>2} {w.role.value:<6} {w.name:<20} {w.label:<16}{sig}{cond}"
+                     f"  {source_text(w)}")
+    return lines
+
+
+def show(decision: Decision) -> str:
+    ch = decision.chain
+    v = VARIANTS[decision.variant]
+    out = [
+        f"chain {decision.variant}: {v.about}",
+        f"profile {decision.profile}, ADDR_LE {'on' if decision.addr_le else 'off'}: "
+        + ("OFFLOADED" if decision.offloaded else "SOFTWARE (chain rejected, see below)"),
+        f"work requests: {ch.count()} ({ch.count(include_master=False)} without the "
+        f"master's WAIT/ENABLE), capabilities: {', '.join(ch.capabilities())}",
+    ]
+    out += listing(ch)
+    if not decision.offloaded:
+        out.append("rejected:")
+        out += [f"  {r}" for r in decision.reasons()]
+    return "\n".join(out)
+
+
+def explain(decisions: list[Decision]) -> str:
+    out = []
+    for d in decisions:
+        v = VARIANTS[d.variant]
+        out.append(f"{d.variant} ({v.about}) on {d.profile}, ADDR_LE "
+                   f"{'on' if d.addr_le else 'off'}: "
+                   + ("offloaded to the NIC" if d.offloaded else
+                      "SOFTWARE: every such request is processed by the target CPU"))
+        if not d.offloaded:
+            out.append("  why:")
+            out += [f"    {r}" for r in d.reasons()]
+        out.append("  validations:")
+        for what, where, why in VALIDATIONS[d.variant]:
+            where = where if d.offloaded else "CPU"
+            out.append(f"    {what:<44} {where:<16} {why if d.offloaded else '(software)'}")
+        if d.offloaded:
+            out.append("  known limits:")
+            out += [f"    {x}" for x in LIMITS]
+    return "\n".join(out)
+
+
+_COLOURS = {Role.RECV: "#8dd3c7", Role.MASTER: "#d9d9d9", Role.WORKER: "#80b1d3",
+            Role.CONN: "#fdb462", Role.GATE: "#bebada"}
+_STYLES: dict[EdgeKind, tuple[str, Literal["solid", "dotted", "dashed"]]] = {
+    EdgeKind.COMPLETION: ("tab:red", "solid"), EdgeKind.ENABLE: ("tab:green", "solid"),
+    EdgeKind.QP_ORDER: ("0.6", "dotted"), EdgeKind.FENCE: ("tab:purple", "dashed")}
+
+
+def draw(chain: Chain, path: str, title: str) -> None:
+    """Draw the chain (steps left to right, one row band per queue) to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    g = chain.graph
+    rows: dict[tuple[int, Role], int] = {}
+    pos = {}
+    band = {Role.RECV: 0, Role.MASTER: 1, Role.WORKER: 2, Role.CONN: 3, Role.GATE: 4}
+    for w in chain.wrs():
+        key = (w.step if w.step < 99 else max(x.step for x in chain.wrs() if x.step < 99) + 1,
+               w.role)
+        k = rows.get(key, 0)
+        rows[key] = k + 1
+        dx = 0.0
+        if w.role is Role.MASTER and w.step > 0:  # ENABLE before the step, WAIT after it
+            dx = -1.0 if w.opcode is not None and w.opcode.name == "ENABLE" else 1.0
+        pos[w.name] = (key[0] * 3.0 + dx, -band[w.role] * 6.0 - k * 0.8)
+    width = max(8.0, 1.6 * (max(p[0] for p in pos.values()) / 3 + 1))
+    fig, ax = plt.subplots(figsize=(width, 12))
+    for kind, (colour, style) in _STYLES.items():
+        edges = [(a, b) for a, b, d in g.edges(data=True) if d["kind"] is kind]
+        nx.draw_networkx_edges(g, pos, edgelist=edges, edge_color=colour, style=style,
+                               ax=ax, arrows=True, arrowsize=8, width=0.8)
+    colours = [_COLOURS[g.nodes[n]["wr"].role] for n in g.nodes]
+    nx.draw_networkx_nodes(g, pos, node_color=colours, node_size=260, ax=ax)
+    labels = {n: f"{n}\n{g.nodes[n]['wr'].label}" for n in g.nodes}
+    nx.draw_networkx_labels(g, pos, labels, font_size=5, ax=ax)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([0], [0], color=c, linestyle=st, label=k.value)
+               for k, (c, st) in _STYLES.items()]
+    handles += [Line2D([0], [0], marker="o", color="w", markerfacecolor=c, markersize=8,
+                       label=f"{r.value} QP") for r, c in _COLOURS.items()]
+    ax.legend(handles=handles, loc="upper right", fontsize=7)
+    ax.set_title(title)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)

@@ -1,0 +1,210 @@
+"""The chain verifier: reject a chain the NIC could not run correctly on a profile.
+
+Rules (each violation is a :class:`Violation` naming the WR, the field and the rule):
+
+``placed-before-use``
+    A field or a memory read whose octets are placed by WR P at run time must be ordered
+    after P: a path P -> consumer in the chain graph that is not made of ``qp_order`` edges
+    alone (two WRs of one send queue execute in order, but a Read's data or an atomic's
+    result may land after the next WR has started; only a fence, a completion or an
+    ENABLE orders them).
+``held-back``
+    A WQE field placed at run time (self-modifying chain) must be held back until the
+    placement lands: P's CQE counted by a WAIT, then an ENABLE of the consumer's
+    *managed* QP. A fence orders execution, not WQE prefetch, so it is not enough.
+``byte-order``
+    A placed number must land in a field of the same byte order: WQE fields are in the
+    profile's ``wqe_field_byte_order``; a placed condition operand must match the order of
+    the word it is compared with.
+``capability``
+    Every feature the chain uses must be in the profile (``wait_enable``,
+    ``masked_atomics``, ``native_conditional``, ``cas_on_wqe``, ``strided_keys``,
+    loopback QPs, ``max_sge``).
+``consistency``
+    A Placed source must name a producer that exists and declares that placement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import networkx as nx
+
+from kbtpsim.chains.ir import Chain, EdgeKind, Placed, Role, WrTemplate
+from kbtpsim.nic.profile import NicProfile
+from kbtpsim.nic.wqe import Opcode
+
+#: Size in octets of the WQE fields chains set (multi-octet ones are byte-order sensitive).
+FIELD_SIZE = {
+    "raddr": 8, "rkey": 4, "imm": 4, "sge0.addr": 8, "sge0.count": 4, "sge0.lkey": 4,
+    "swap_add": 8, "compare": 8, "cond_compare": 8, "ctrl_word": 8, "qpn": 3, "opcode": 1,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken rule: which WR, which field (or read), which rule, and why."""
+
+    wr: str
+    field: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.wr}.{self.field}: [{self.rule}] {self.message}"
+
+
+class ChainRejected(Exception):
+    """A chain failed verification; ``violations`` lists every broken rule."""
+
+    def __init__(self, chain: str, profile: str, violations: list[Violation]) -> None:
+        self.violations = violations
+        lines = "; ".join(str(v) for v in violations)
+        super().__init__(f"chain {chain!r} rejected on profile {profile!r}: {lines}")
+
+
+def _ordered(g: nx.DiGraph, producer: str, consumer: str) -> bool:
+    """A path producer -> consumer with at least one edge that is not ``qp_order``."""
+    after = nx.descendants(g, producer) | {producer}
+    before = nx.ancestors(g, consumer) | {consumer}
+    return any(
+        a in after and b in before and g.edges[a, b]["kind"] is not EdgeKind.QP_ORDER
+        for a, b in g.edges
+    )
+
+
+def _held_back(chain: Chain, producer: str, consumer: str) -> bool:
+    """WAIT counting producer's CQE, then (by any path) an ENABLE -> consumer edge."""
+    g = chain.graph
+    prod = chain.wr(producer)
+    if prod.role is not Role.RECV and not prod.signaled:
+        return False  # no CQE for a WAIT to count
+    waits = [b for _, b in g.out_edges(producer)
+             if g.edges[producer, b]["kind"] is EdgeKind.COMPLETION
+             and chain.wr(b).opcode is Opcode.WAIT]
+    enables = [a for a, _ in g.in_edges(consumer)
+               if g.edges[a, consumer]["kind"] is EdgeKind.ENABLE]
+    return any(nx.has_path(g, w, e) for w in waits for e in enables)
+
+
+def _check_placed(chain: Chain, wr: WrTemplate, fname: str, src: Placed,
+                  profile: NicProfile, out: list[Violation]) -> None:
+    if src.producer not in chain:
+        out.append(Violation(wr.name, fname, "consistency",
+                             f"producer {src.producer!r} is not in the chain"))
+        return
+    prod = chain.wr(src.producer)
+    dest = f"wqe:{wr.name}.{fname}"
+    if not any(p.dest == dest for p in prod.places):
+        out.append(Violation(wr.name, fname, "consistency",
+                             f"{src.producer} does not declare a placement into {dest}"))
+    if not nx.has_path(chain.graph, src.producer, wr.name):
+        out.append(Violation(wr.name, fname, "placed-before-use",
+                             f"{src.what} is placed by {src.producer}, but nothing orders "
+                             f"{wr.name} after it"))
+    elif not _held_back(chain, src.producer, wr.name):
+        out.append(Violation(
+            wr.name, fname, "held-back",
+            f"the WQE is modified at run time by {src.producer} but is not held back: it "
+            f"needs WAIT on {src.producer}'s CQ then ENABLE of the {wr.role.value} QP "
+            "(a fence or queue order does not stop WQE prefetch)"))
+    size = FIELD_SIZE.get(re.sub(r"^sge\d+\.", "sge0.", fname), 8)
+    wqe_order = profile.wqe_field_byte_order
+    if src.order != "octets" and size > 1 and src.order != wqe_order:
+        out.append(Violation(
+            wr.name, fname, "byte-order",
+            f"{src.what} is {src.order}-endian but {profile.name} WQE fields are "
+            f"{wqe_order}-endian"))
+
+
+def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
+                out: list[Violation]) -> None:
+    def need(flag: bool, fname: str, what: str, cap: str) -> None:
+        if not flag:
+            out.append(Violation(wr.name, fname, "capability",
+                                 f"{what} needs '{cap}', which profile {profile.name} lacks"))
+
+    op = wr.opcode
+    if op in (Opcode.WAIT, Opcode.ENABLE):
+        need(profile.wait_enable, "opcode", f"{op.name}", "wait_enable")
+    if wr.role in (Role.WORKER, Role.CONN, Role.GATE) and any(
+            chain.graph.edges[a, wr.name]["kind"] is EdgeKind.ENABLE
+            for a, _ in chain.graph.in_edges(wr.name)):
+        need(profile.wait_enable, "qp", f"a managed {wr.role.value} QP", "wait_enable")
+    if op in (Opcode.MASKED_CAS, Opcode.MASKED_FETCH_ADD):
+        need(profile.masked_atomics, "opcode", f"{op.name}", "masked_atomics")
+    if wr.cond is not None:
+        need(profile.native_conditional, "cond", f"conditional execution ({wr.cond.about})",
+             "native_conditional")
+    if wr.targets_ctrl:
+        need(profile.cas_on_wqe, "ctrl_word", "an atomic on a WQE's control word",
+             "cas_on_wqe")
+    if wr.remote_kind == "strided_table":
+        need(profile.strided_keys, "rkey",
+             "the table entry address from a scattered handle (16 * (h - base) is not an "
+             "octet move, decision D4)", "strided_keys")
+    if wr.role in (Role.WORKER, Role.MASTER, Role.GATE):
+        need(profile.loopback, "qp", f"a loopback {wr.role.value} QP", "loopback")
+    if wr.atomic_word_order not in (None, "octets") and \
+            wr.atomic_word_order != profile.atomic_byte_order:
+        out.append(Violation(
+            wr.name, "swap_add", "byte-order",
+            f"{op.name if op else 'atomic'} adds to a {wr.atomic_word_order}-endian word but "
+            f"{profile.name} atomics are {profile.atomic_byte_order}-endian"))
+    n_sge = len(wr.gather)
+    if n_sge > profile.max_sge:
+        out.append(Violation(wr.name, "sges", "capability",
+                             f"{n_sge} SGEs exceed max_sge {profile.max_sge}"))
+
+
+def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
+    """Every rule ``chain`` breaks on ``profile`` (an empty list: the chain is sound)."""
+    out: list[Violation] = []
+    g = chain.graph
+    for wr in chain.wrs():
+        _check_caps(chain, wr, profile, out)
+        if wr.opcode in (Opcode.CAS, Opcode.FETCH_ADD, Opcode.MASKED_CAS,
+                         Opcode.MASKED_FETCH_ADD) and (
+                len(wr.places) != 1 or wr.places[0].length != 8):
+            out.append(Violation(wr.name, "sges", "consistency",
+                                 "an atomic returns 8 octets to exactly one place"))
+        for place in wr.places:
+            if place.dest.startswith("wqe:") and place.dest[4:].split(".")[0] not in chain:
+                out.append(Violation(wr.name, place.dest, "consistency",
+                                     "places octets into a WR that is not in the chain"))
+        for fname, src in wr.fields.items():
+            if isinstance(src, Placed):
+                _check_placed(chain, wr, fname, src, profile, out)
+        reads = list(wr.gather)
+        if wr.cond is not None:
+            reads.append(wr.cond.word)
+        for rd in reads:
+            for p in rd.producers:
+                if p not in chain:
+                    out.append(Violation(wr.name, rd.loc, "consistency",
+                                         f"producer {p!r} is not in the chain"))
+                elif not _ordered(g, p, wr.name):
+                    out.append(Violation(
+                        wr.name, rd.loc, "placed-before-use",
+                        f"{wr.name} reads {rd.loc} ({rd.about or 'data'}) at execution, "
+                        f"but it is placed by {p} and no WAIT, ENABLE or fence orders "
+                        "the two"))
+        cond = wr.cond
+        if cond is not None and cond.compare_source is not None:
+            cs = cond.compare_source
+            _check_placed(chain, wr, "cond_compare", cs, profile, out)
+            if "octets" not in (cs.order, cond.word_order) and cs.order != cond.word_order:
+                out.append(Violation(
+                    wr.name, "cond_compare", "byte-order",
+                    f"{cs.what} is {cs.order}-endian but is compared with "
+                    f"{cond.word.about or cond.word.loc}, which is {cond.word_order}-endian "
+                    "(conditions compare octets, they cannot swap them)"))
+    return out
+
+
+def check(chain: Chain, profile: NicProfile) -> None:
+    """Raise :class:`ChainRejected` if :func:`verify` finds anything."""
+    violations = verify(chain, profile)
+    if violations:
+        raise ChainRejected(chain.name, profile.name, violations)

@@ -1,0 +1,74 @@
+"""``kbtpsim chains``: list, show, draw, explain, and user errors."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from kbtpsim.chains.cli import add_chains_parser
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kbtpsim")
+    add_chains_parser(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def test_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["chains", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("load", "store_inline", "store_read", "alloc_inline", "alloc_read", "ideal"):
+        assert name in out
+
+
+def test_show_offloaded_chain_lists_every_wr_with_sources(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["chains", "show", "LOAD", "--nic", "ideal", "--addr-le"]) == 0
+    out = capsys.readouterr().out
+    assert "OFFLOADED" in out
+    line = next(x for x in out.splitlines() if " read_entry " in x)
+    assert "RDMA_READ" in line and "raddr=patch <- p_handle" in line and "key:table" in line
+    assert "load_write" in out and "load_send" in out
+
+
+def test_show_rejected_chain_says_why(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["chains", "show", "store", "--nic", "irdma", "--no-inline"]) == 0
+    out = capsys.readouterr().out
+    assert "SOFTWARE" in out and "rejected:" in out and "'wait_enable'" in out
+    assert "sr_read" in out
+
+
+def test_explain_names_in_chain_and_cpu_validations(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["chains", "explain", "LOAD", "--nic", "ideal", "--addr-le"]) == 0
+    out = capsys.readouterr().out
+    assert "offloaded to the NIC" in out and "Generation" in out and "chain + CPU" in out
+    assert "known limits" in out
+    assert run(["chains", "explain", "ALLOC_STORE", "--nic", "ideal", "--addr-le"]) == 0
+    out = capsys.readouterr().out
+    assert "SOFTWARE" in out and "Sequence, which is big-endian" in out
+    assert run(["chains", "explain", "LOAD", "--nic", "irdma"]) == 0
+    out = capsys.readouterr().out
+    assert "little-endian" in out and "'strided_keys'" in out
+
+
+def test_draw_writes_a_png(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "load.png"
+    assert run(["chains", "draw", "LOAD", "--nic", "ideal", "--addr-le", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["chains", "show", "FREE", "--nic", "ideal"], "unknown operation 'FREE'"),
+    (["chains", "explain", "LOAD", "--nic", "cx9"], "known: cx3-40g-ib, cx5"),
+    (["chains", "draw", "LOAD", "--nic", "ideal", "-o", "/nonexistent/dir/x.png"],
+     "cannot write"),
+])
+def test_user_errors_are_one_line(argv: list[str], needle: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kbtpsim: error: ") and needle in err
+    assert err.count("\n") == 1 and "Traceback" not in err

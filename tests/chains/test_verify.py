@@ -1,0 +1,196 @@
+"""The verifier: every rule, each with a deliberately broken chain."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtpsim.chains.compiler import build_chain
+from kbtpsim.chains.ir import (
+    Addr,
+    Chain,
+    CondSpec,
+    Const,
+    EdgeKind,
+    Place,
+    Placed,
+    Read,
+    Role,
+    WrTemplate,
+)
+from kbtpsim.chains.verify import ChainRejected, check, verify
+from kbtpsim.nic import PROFILES
+from kbtpsim.nic.wqe import Opcode
+
+IDEAL = PROFILES["ideal"]
+
+
+def rules(violations: list) -> set[tuple[str, str, str]]:  # type: ignore[type-arg]
+    return {(v.wr, v.field, v.rule) for v in violations}
+
+
+def tiny(guard: str) -> Chain:
+    """recv scatters an address into a READ's raddr; ``guard`` says what orders them."""
+    ch = Chain("tiny", addr_le=True)
+    ch.add(WrTemplate("recv", Role.RECV, None, "dispatch",
+                      places=(Place("wqe:read.raddr", 8, "request[12:20] handle", "little"),)))
+    read = WrTemplate("read", Role.WORKER, Opcode.RDMA_READ, "load", 1, signaled=True,
+                      fields={"raddr": Placed("recv", "handle", "little"),
+                              "rkey": Addr("key:table")},
+                      places=(Place("buf:w", 8, "entry", "big"),))
+    ch.add(read)
+    ch.add(WrTemplate("send", Role.CONN, Opcode.SEND, "load", 2, signaled=True,
+                      gather=(Read("buf:w", 8, ("read",), "entry"),)))
+    if guard in ("wait_enable", "fence"):
+        ch.add(WrTemplate("wait", Role.MASTER, Opcode.WAIT, "sequence", 0,
+                          fields={"target": Addr("cq:recv"), "count": Const(1)}))
+        ch.add(WrTemplate("enable", Role.MASTER, Opcode.ENABLE, "sequence", 1,
+                          fields={"target": Addr("qp:worker"), "count": Addr("wr:read", 1)}))
+        ch.edge("recv", "wait", EdgeKind.COMPLETION)
+        ch.edge("wait", "enable", EdgeKind.QP_ORDER)
+        ch.edge("enable", "read", EdgeKind.ENABLE)
+    if guard == "wait_enable":
+        ch.add(WrTemplate("wait2", Role.MASTER, Opcode.WAIT, "sequence", 1,
+                          fields={"target": Addr("cq:chain"), "count": Const(1)}))
+        ch.add(WrTemplate("enable2", Role.MASTER, Opcode.ENABLE, "sequence", 2,
+                          fields={"target": Addr("qp:conn"), "count": Addr("wr:send", 1)}))
+        ch.edge("enable", "wait2", EdgeKind.QP_ORDER)
+        ch.edge("read", "wait2", EdgeKind.COMPLETION)
+        ch.edge("wait2", "enable2", EdgeKind.QP_ORDER)
+        ch.edge("enable2", "send", EdgeKind.ENABLE)
+    if guard == "fence":  # the Send is only fenced after the Read: fine for a gather
+        ch.edge("read", "send", EdgeKind.FENCE)
+    return ch
+
+
+def test_sound_tiny_chain() -> None:
+    assert verify(tiny("wait_enable"), IDEAL) == []
+
+
+def test_field_used_before_placed() -> None:
+    got = rules(verify(tiny("none"), IDEAL))
+    assert ("read", "raddr", "placed-before-use") in got
+    assert ("send", "buf:w", "placed-before-use") in got
+
+
+def test_gather_after_fence_is_ordered_but_wqe_patch_is_not() -> None:
+    ch = tiny("fence")
+    assert ("send", "buf:w", "placed-before-use") not in rules(verify(ch, IDEAL))
+    # now let the Read patch a *field* of the Send, guarded only by the fence
+    send = ch.wr("send")
+    send.fields["raddr"] = Placed("read", "entry Block Offset", "little", "entry")
+    read = ch.wr("read")
+    read.places = (*read.places, Place("wqe:send.raddr", 8, "entry Block Offset", "little"))
+    got = verify(ch, IDEAL)
+    assert ("send", "raddr", "held-back") in rules(got)
+    msg = next(str(v) for v in got if v.rule == "held-back")
+    assert "WAIT on read's CQ then ENABLE" in msg and "prefetch" in msg
+
+
+def test_unsignaled_producer_cannot_be_waited_for() -> None:
+    ch = tiny("wait_enable")
+    ch.add(WrTemplate("patch", Role.WORKER, Opcode.RDMA_WRITE, "load", 1, signaled=False,
+                      places=(Place("wqe:send.imm", 4, "STag", "little"),)))
+    ch.wr("send").fields["imm"] = Placed("patch", "STag", "little", "patch")
+    ch.edge("enable", "patch", EdgeKind.ENABLE)
+    ch.edge("patch", "wait2", EdgeKind.COMPLETION)
+    assert ("send", "imm", "held-back") in rules(verify(ch, IDEAL))
+
+
+def test_byte_order_mismatch() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("read").fields["raddr"] = Placed("recv", "handle", "big")
+    got = verify(ch, IDEAL)
+    assert ("read", "raddr", "byte-order") in rules(got)
+    assert "big-endian but ideal WQE fields are little-endian" in str(got[0])
+
+
+def test_byte_order_of_a_placed_compare_operand() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("recv").places = (*ch.wr("recv").places,
+                            Place("wqe:send.cond_compare", 4, "ticket", "little"))
+    ch.wr("send").cond = CondSpec(Read("buf:seq", 8, ("read",), "slot Sequence"), bytes(8),
+                                  b"\xff" * 4 + bytes(4), "Sequence = ticket", "big",
+                                  Placed("recv", "ticket", "little"))
+    got = rules(verify(ch, IDEAL))
+    assert ("send", "cond_compare", "byte-order") in got
+
+
+def test_atomic_on_a_word_of_the_other_order() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("read").atomic_word_order = "big"
+    assert ("read", "swap_add", "byte-order") in rules(verify(ch, IDEAL))
+
+
+def test_capabilities() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("read").remote_kind = "strided_table"
+    ch.wr("send").cond = CondSpec(Read("buf:w", 8, ("read",)), bytes(8), bytes(8), "x")
+    got = rules(verify(ch, PROFILES["irdma"]))
+    assert ("read", "rkey", "capability") in got
+    assert ("send", "cond", "capability") in got
+    assert ("wait", "opcode", "capability") in got
+    assert ("read", "qp", "capability") in got  # managed QP needs WAIT/ENABLE
+    assert ("read", "rkey", "capability") not in rules(verify(ch, IDEAL))
+
+
+def test_too_many_sges() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("send").gather = tuple(Read("buf:k", 1) for _ in range(17))
+    assert ("send", "sges", "capability") in rules(verify(ch, IDEAL))
+
+
+def test_consistency() -> None:
+    ch = tiny("wait_enable")
+    ch.wr("send").fields["rkey"] = Placed("ghost", "x", "octets")
+    ch.wr("read").fields["rkey"] = Placed("recv", "not declared", "octets")
+    got = rules(verify(ch, IDEAL))
+    assert ("send", "rkey", "consistency") in got
+    assert ("read", "rkey", "consistency") in got
+
+
+def test_check_raises_with_every_violation() -> None:
+    with pytest.raises(ChainRejected) as info:
+        check(tiny("none"), IDEAL)
+    assert len(info.value.violations) >= 2
+    assert "placed-before-use" in str(info.value)
+
+
+@pytest.mark.parametrize("variants", [("load",), ("store_inline",), ("store_read",),
+                                      ("load", "store_inline", "store_read")])
+def test_compiled_chains_are_sound_on_ideal_with_addr_le(variants: tuple[str, ...]) -> None:
+    assert verify(build_chain(True, "little", None, variants), IDEAL) == []
+
+
+def test_compiled_chain_without_addr_le_on_little_endian_wqes() -> None:
+    got = verify(build_chain(False, "little", None, ("load",)), IDEAL)
+    assert {v.rule for v in got} == {"byte-order"}
+    assert ("read_entry", "raddr", "byte-order") in rules(got)
+    assert ("load_write", "raddr", "byte-order") in rules(got)
+
+
+def test_removing_one_wait_breaks_the_compiled_chain() -> None:
+    ch = build_chain(True, "little", None, ("load",))
+    ch.graph.remove_node("wait_step_1")
+    got = rules(verify(ch, IDEAL))
+    # the patch and the Read share the worker QP: queue order, but no prefetch guard
+    assert ("read_entry", "raddr", "held-back") in got
+    assert ("load_write", "raddr", "held-back") in got
+    # the Read's condition word is written by a marker nothing orders it after
+    assert ("read_entry", "buf:arm_read", "placed-before-use") in got
+
+
+def test_atomic_result_has_one_destination_and_places_name_real_wrs() -> None:
+    ch = tiny("wait_enable")
+    fa = ch.add(WrTemplate("fa", Role.WORKER, Opcode.FETCH_ADD, "load", 1, signaled=True,
+                           places=(Place("buf:a", 4, "half"), Place("wqe:ghost.raddr", 4,
+                                                                      "other half"))))
+    got = rules(verify(ch, IDEAL))
+    assert ("fa", "sges", "consistency") in got
+    assert ("fa", "wqe:ghost.raddr", "consistency") in got
+    del fa
+
+
+def test_alloc_store_chain_verifies_on_a_big_endian_profile_with_the_capabilities() -> None:
+    prof = PROFILES["cx5"].replace(name="cx5+", strided_keys=True, native_conditional=True)
+    for variant in ("alloc_inline", "alloc_read"):
+        assert verify(build_chain(False, "big", None, (variant,)), prof) == []
