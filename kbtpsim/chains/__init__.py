@@ -20,15 +20,22 @@ Pre-posting API (for the offloaded target server)::
     layout = ChainLayout.of(target_layout, config)        # target_layout: TargetLayout
     table_key, pool_key = layout.register(nic)            # strided table key, pool MR
     plan = plan_connection(nic.profile, config, layout, initiator_name)
-    server = ChainServer(nic, plan.chain, layout, credits, table_key, pool_key)
+    ring = register_ring(nic, target_layout.rings[0])     # only if ALLOC_STORE offloaded
+    server = ChainServer(nic, plan.chain, layout, credits, table_key, pool_key, ring=ring)
     connect(initiator_qp, server.conn)                    # the connection's QP
     ...
     for f in server.poll(now):          # (b) which credits finished, in request order
         if f.needs_cpu:                 # no fast path served it: the CPU must
-            effects = cpu_target.handle(conn_id, f.request, now)  # memory-backed Target
+            effects = (cpu_target.finish_allocation(conn_id, f.request, f.ticket, now)
+                       if f.ticket is not None   # ALLOC_STORE: the chain took a ticket
+                       else cpu_target.handle(conn_id, f.request, now))
             ...                         # carry out effects (the harness uses a 2nd QP)
+            ...                         # session / quota octets of later credits:
+            ...                         # server.set_session, server.arm, server.disarm
             server.release(f.credit)    # let the next credit's chain run
-        # else: f.served names the variant the NIC ran; nothing to do
+        elif f.ticket is not None:      # the chain bound a handle: bookkeeping
+            effects = cpu_target.note_chain_alloc(conn_id, f.request, f.ticket, now)
+    server.alloc_budget = quota - usage - len(server.armed_credits())
     server.refill()                     # (c) re-post every finished credit, one doorbell
 
 (a) ``ChainServer(..., credits=N)`` pre-posts N chains, one per request credit (advertise
@@ -42,7 +49,7 @@ poll, serve ``Finished.request`` with a memory-backed ``Target`` on the same mem
 
 from kbtpsim.chains.compiler import OPERATIONS, VARIANTS, Geometry, build_chain
 from kbtpsim.chains.ir import Chain, WrTemplate
-from kbtpsim.chains.layout import ChainLayout, aligned_block
+from kbtpsim.chains.layout import ChainLayout, RingKeys, aligned_block, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, Decision, decide, decide_op, plan_connection
 from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.verify import ChainRejected, Violation, check, verify
@@ -58,6 +65,7 @@ __all__ = [
     "Decision",
     "Finished",
     "Geometry",
+    "RingKeys",
     "Violation",
     "WrTemplate",
     "aligned_block",
@@ -66,5 +74,6 @@ __all__ = [
     "decide",
     "decide_op",
     "plan_connection",
+    "register_ring",
     "verify",
 ]

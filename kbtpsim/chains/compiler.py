@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from kbtpsim.atomics import RING_ADD_DATA, ring_add_mask
 from kbtpsim.chains.ir import (
     Addr,
     Chain,
@@ -48,6 +49,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.wqe import Opcode
 
@@ -57,6 +59,14 @@ GO = b"\x01"
 CONSTS = {"k_hdr": bytes([1, 0x20, 0, 0]), "k_zero": bytes(8), "k_valid": b"\x00\x01",
           "k_ones": b"\xff" * 8}
 REQ_LEN = 40  #: header (24) + Data Descriptor (16)
+#: Pseudo-buffer: the receive's CQE in the receive CQ's buffer in memory (64 octets,
+#: mlx5 layout, kbtpsim.nic.cq); its octets 40..47 are 4 reserved zeros and the big-endian
+#: byte count.
+RCQE = "rcqe"
+#: Octet of the entry Read's arm word the CPU presets to 01 only while the connection's
+#: session is established (after HELLO, before GOODBYE): without the entry Read every
+#: entry marker fails (``w`` is preset to all ones), so no variant can arm.
+SESSION_OCTET = 1
 
 # Request layout (FORMATS.md "Common header", "Descriptors")
 RID, HANDLE, GEN_STATUS, DD_STAG, DD_TO, DD_LEN = 4, 12, 20, 24, 28, 36
@@ -71,6 +81,7 @@ class Geometry:
     table_block: tuple[int, int] = (0x4000, 8)  #: (base, bits): handles the table key covers
     load_block: tuple[int, int] = (0x4000, 8)  #: handles this connection may LOAD
     own_block: tuple[int, int] = (0x4000, 4)  #: handles this connection may store to
+    ring_slots: int = 8  #: N, slots of the ring the connection allocates from
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +106,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "STORE, RDMA Read source, no SEAL, of a full block"),
     Variant("alloc_inline", "ALLOC_STORE", 0x12, 0x0001, 0x0002, True,
             "ALLOC_STORE, INLINE [| SEAL], of a full block"),
-    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x0002, False,
-            "ALLOC_STORE, RDMA Read source [| SEAL], of a full block"),
+    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x0000, False,
+            "ALLOC_STORE, RDMA Read source, no SEAL, of a full block"),
 )}
 #: Operation name (CLI) -> variants.
 OPERATIONS: dict[str, tuple[str, ...]] = {
@@ -108,6 +119,12 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "ALLOC_STORE-INLINE": ("alloc_inline",),
     "ALLOC_STORE-READ": ("alloc_read",),
 }
+
+
+def msg_length(v: Variant, geo: Geometry) -> int:
+    """The octet count of a request the variant serves: header and Data Descriptor, plus
+    Block Size octets of inline data for INLINE variants."""
+    return REQ_LEN + (geo.block_size if v.inline else 0)
 
 
 def _window(compare: bytes, mask: bytes) -> tuple[bytes, bytes]:
@@ -148,8 +165,8 @@ class _Builder:
         self.add(WrTemplate(
             name, Role.WORKER, Opcode.RDMA_WRITE, part, step, inline=GO,
             fields={"raddr": Addr(f"buf:{arm}", slot), "rkey": Addr("key:scratch")},
-            cond=CondSpec(Read(loc, 8, producers, about), compare, mask, about, word_order,
-                          compare_source),
+            cond=CondSpec(Read(loc, 8, producers, about), *_window(compare, mask), about,
+                          word_order, compare_source),
             remote_kind="loopback", note=f"marker: {about} -> {arm}[{slot}]"))
 
     def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
@@ -206,6 +223,16 @@ class _Builder:
                         ("buf:dd", 4, "request[24:28] DD STag")],
                        f"wqe:{target}.raddr", "Data Descriptor Tagged Offset", ro,
                        ("recv",), extra=(Place(f"wqe:{target}.rkey", 4, "DD STag", ro),))
+        if self.variants:  # one copy of the receive CQE's byte count into device memory
+            self.add(WrTemplate(
+                "p_bc", Role.WORKER, Opcode.RDMA_WRITE, "dispatch", 1,
+                fields={"raddr": Addr("buf:bc"), "rkey": Addr("key:scratch")},
+                gather=(Read(f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", 8, ("recv",),
+                             "receive CQE octets 40..47: reserved, byte count"),),
+                places=(Place("buf:bc", 8, "receive byte count (CQE octets 40..47)"),),
+                remote_kind="loopback",
+                note="copy the receive's byte count (CQE in the receive CQ's buffer) next to "
+                "the markers"))
         tb_c, tb_m = _block_test(geo.table_block, ro)
         self.marker("m_table", "dispatch", 1, "buf:ct+12", ("recv",), tb_c, tb_m,
                     "handle in the table's block", "arm_read", 0)
@@ -219,7 +246,8 @@ class _Builder:
             places=(Place("buf:w", 8, "entry[0:8] Flags, Generation, Data Length", "big"),
                     Place("buf:bo", 8, "entry[8:16] Block Offset", ro, 4)),
             cond=CondSpec(Read("buf:arm_read", 8, ("m_table",), "arm word of the entry Read"),
-                          *_window(GO, b"\xff"), "handle in the table's block"),
+                          *_window(GO * 2, b"\xff" * 2),
+                          "handle in the table's block, session established (CPU octet)"),
             remote_kind="strided_table", note="read the table entry (strided key)"))
         # --- step 3+: per variant ---
         for v in self.variants:
@@ -251,9 +279,18 @@ class _Builder:
                           "INLINE: STag 0, Tagged Offset[0:4] 0"))
             tests.append(("zdd2", "buf:dd+4", ("recv",), bytes(8), b"\xff" * 8,
                           "INLINE: Tagged Offset 0"))
+        # the message's length, from the receive's CQE in the receive CQ's buffer: the
+        # header, the descriptor and (INLINE) exactly Block Size octets of data, nothing
+        # more; anything else (trailing octets, short or long inline data) -> CPU
+        n_msg = msg_length(v, geo)
+        tests.append(("msg", "buf:bc", ("p_bc",),
+                      bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
+                      f"receive byte count = {n_msg} (CQE)"))
         for i, (tag, loc, prods, c, m, about) in enumerate(tests):
             name = f"m_{v.name}_{tag}"
-            self.marker(name, v.name, 1, loc, prods, c, m, about, arm, i)
+            # the byte count is tested in step 3, on the device-memory copy p_bc made
+            self.marker(name, v.name, 3 if tag == "msg" else 1, loc, prods, c, m, about,
+                        arm, i)
             self.arm_producers[v.name].append(name)
 
     def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:
@@ -363,40 +400,54 @@ class _Builder:
         ro, ao, bs = self.ro, self.ao, self.geo.block_size
         wo = ro  # a correct chain has request order = WQE order (else byte-order violations)
         tag = "ai" if v.inline else "ar"
-        self._entry_marker(v, *_window(b"\x00\x00", b"\xff\xff"), "entry not VALID")
+        # arm word: the request markers (at most 7; the byte count's in step 3, so the
+        # allocation starts in step 5) and, in octet 7, the CPU's quota octet;
+        # a second word arm2: [0] the first word complete (fold), [1] entry not VALID,
+        # [2] slot ready (Sequence = Ticket)
         n = len(self.arm_producers[v.name])
+        assert n <= 7, "ALLOC_STORE: at most 7 request markers besides the quota octet"
         armed = self.armed(v, n)
         armed = CondSpec(armed.word, armed.compare[:7] + GO, armed.mask[:7] + b"\xff",
                          f"{v.name} armed (and the CPU's quota octet)")
-        seal = v.flags_free & 0x0002
+        arm2 = f"arm2_{v.name}"
+        self.marker(f"m_{v.name}_fold", v.name, 4, armed.word.loc, armed.word.producers,
+                    armed.compare, armed.mask, armed.about, arm2, 0)
+        self.marker(f"m_{v.name}_entry", v.name, 3, "buf:w", ("read_entry",),
+                    *_window(b"\x00\x00", b"\xff\xff"), "entry Flags 0 (not VALID)", arm2, 1,
+                    "big")
+        armed = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", f"m_{v.name}_entry"),
+                              "second arm word"), *_window(GO * 2, b"\xff" * 2),
+                         f"{v.name} armed, entry not VALID")
         self.add(WrTemplate(
-            f"{tag}_fa_head", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 4,
-            fields={"raddr": Addr("ring:head"), "rkey": Addr("key:ring"),
-                    "swap_add": Const(0x0000000100000010, "Add Data"),
-                    "add_mask": Const(0, "bit 63 | bit 31 | bit n+3")},
+            f"{tag}_fa_head", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 5,
+            fields={"raddr": Addr("ring:head"), "rkey": Addr("key:ring_head"),
+                    "swap_add": Const(RING_ADD_DATA, "Add Data"),
+                    "add_mask": Const(ring_add_mask(self.geo.ring_slots),
+                                      "bit 63 | bit 31 | bit n+3")},
             places=(Place("buf:fa", 8, "FetchAdd result: Ticket, Slot Offset", ao),),
             cond=armed, remote_kind="ring", note="take a ticket"))
         # the Slot Offset is the low half of the counter word (octets 4..7 big-endian)
         off_src = 4 if ao == "big" else 0
         off_dst = 4 if wo == "big" else 0
-        self.patch(f"{tag}_p_slot", v.name, 5, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
+        self.patch(f"{tag}_p_slot", v.name, 6, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
                    f"wqe:{tag}_read_slot.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
                    off_dst)
-        self.patch(f"{tag}_p_cons", v.name, 5, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
+        self.patch(f"{tag}_p_cons", v.name, 6, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
                    f"wqe:{tag}_consume.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
                    off_dst)
-        self.patch(f"{tag}_p_tkt", v.name, 5, [(f"buf:fa+{4 - off_src}", 4, "Ticket")],
+        self.patch(f"{tag}_p_tkt", v.name, 6, [(f"buf:fa+{4 - off_src}", 4, "Ticket")],
                    f"wqe:{tag}_seq.cond_compare", "Ticket", ao, (f"{tag}_fa_head",))
         self.add(WrTemplate(
-            f"{tag}_read_slot", Role.WORKER, Opcode.RDMA_READ, v.name, 6,
-            fields={"raddr": Placed(f"{tag}_p_slot", "Slot Offset", ao, "patch"),
+            f"{tag}_read_slot", Role.WORKER, Opcode.RDMA_READ, v.name, 7,
+            fields={"raddr": Placed(f"{tag}_p_slot", "Slot Offset", ao, "patch",
+                                    Addr("region:ring")),
                     "rkey": Addr("key:ring")},
-            places=(Place("buf:seq", 4, "slot Sequence", "big"),
+            places=(Place("buf:seq", 8, "slot Sequence, reserved", "big"),
                     Place("buf:bo2", 8, "slot Block Offset", ro, 4)),
             cond=armed, remote_kind="ring", note="read the slot"))
         self.add(WrTemplate(
-            f"{tag}_seq", Role.WORKER, Opcode.RDMA_WRITE, v.name, 7, inline=GO,
-            fields={"raddr": Addr(f"buf:arm2_{v.name}"), "rkey": Addr("key:scratch")},
+            f"{tag}_seq", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8, inline=GO,
+            fields={"raddr": Addr(f"buf:{arm2}", 2), "rkey": Addr("key:scratch")},
             cond=CondSpec(Read("buf:seq", 8, (f"{tag}_read_slot",), "slot Sequence"),
                           *_window(b"", b"\xff" * 4), "slot Sequence = ticket", "big",
                           Placed(f"{tag}_p_tkt", "Ticket", ao, "patch")),
@@ -405,18 +456,20 @@ class _Builder:
             "with this ticket)"))
         data_wr = f"{tag}_copy" if v.inline else "ar_read"
         data_field = "raddr" if v.inline else "sge0.addr"
-        self.patch(f"{tag}_p_bo", v.name, 7, [("buf:bo2+4", 8, "slot Block Offset")],
+        self.patch(f"{tag}_p_bo", v.name, 8, [("buf:bo2+4", 8, "slot Block Offset")],
                    f"wqe:{data_wr}.{data_field}", "slot Block Offset", ro,
                    (f"{tag}_read_slot",))
         for i, target in ((1, "ent_lo"), (2, "gen"), (3, "gen0"), (4, "reread")):
             what = "Block Handle << 8" + (" | 4 (Data Length, Block Offset)" if i == 1 else "")
             self.patch(f"{tag}_p_h{i}", v.name, 1, [self._handle_src()],
                        f"wqe:{tag}_{target}.raddr", what, ro, ("recv",), self._shift_at())
-        ready = CondSpec(Read(f"buf:arm2_{v.name}", 8, (f"{tag}_seq",), "slot-ready word"),
-                         *_window(GO, b"\xff"), "slot ready for this ticket")
+        ready = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", f"m_{v.name}_entry",
+                                                  f"{tag}_seq"), "second arm word"),
+                         *_window(GO * 3, b"\xff" * 3), "slot ready for this ticket")
         self.add(WrTemplate(
-            f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8,
-            fields={"raddr": Placed(f"{tag}_p_cons", "Slot Offset", ao, "patch"),
+            f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
+            fields={"raddr": Placed(f"{tag}_p_cons", "Slot Offset", ao, "patch",
+                                    Addr("region:ring")),
                     "rkey": Addr("key:ring")},
             gather=(Read("buf:seq", 4, (f"{tag}_read_slot",), "Sequence (unchanged)"),
                     Read("buf:k_zero", 4, (), "reserved"),
@@ -424,14 +477,14 @@ class _Builder:
             cond=ready, remote_kind="ring", note="mark the slot consumed"))
         if v.inline:
             self.add(WrTemplate(
-                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, 8,
+                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
                 fields={"raddr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
                         "rkey": Addr("key:pool")},
                 gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=ready,
                 remote_kind="pool", note="write the data into the block"))
         else:
             self.add(WrTemplate(
-                data_wr, Role.CONN, Opcode.RDMA_READ, v.name, 8,
+                data_wr, Role.CONN, Opcode.RDMA_READ, v.name, 9,
                 fields={"raddr": Placed("p_dd_alloc_read", "DD Tagged Offset", ro, "patch"),
                         "rkey": Placed("p_dd_alloc_read", "DD STag", ro, "patch"),
                         "sge0.addr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
@@ -439,26 +492,35 @@ class _Builder:
                 places=(Place("pool", bs, "the initiator's data"),), cond=ready,
                 remote_kind="initiator", note="RDMA Read of the data into the block"))
         self.add(WrTemplate(
-            f"{tag}_ent_lo", Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
-            fields={"raddr": Placed(f"{tag}_p_h1", "Block Handle << 8 | 4", ro, "patch"),
+            f"{tag}_ent_lo", Role.WORKER, Opcode.RDMA_WRITE, v.name, 10,
+            fields={"raddr": Placed(f"{tag}_p_h1", "Block Handle << 8 | 4", ro, "patch",
+                                    Const(4, "entry octet 4")),
                     "rkey": Addr("key:table")},
             gather=(Read("buf:k_bs", 4, (), "Data Length = Block Size"),
                     Read("buf:bo2+4", 8, (f"{tag}_read_slot",), "Block Offset")),
             cond=ready, remote_kind="strided_table",
             note="entry Data Length and Block Offset, after the data"))
+        if v.inline:  # Flags += request Flags (INLINE|SEAL = VALID|SEALED), Generation += 1
+            self.patch(f"{tag}_p_flags", v.name, 1, [("buf:hdr+2", 2, "request Flags")],
+                       f"wqe:{tag}_gen.swap_add", "request Flags << 48 (Add Data)", "big",
+                       ("recv",))
+            gen_add: Const | Placed = Placed(
+                f"{tag}_p_flags", "request Flags << 48 | 1 << 32 (Flags += INLINE|SEAL = "
+                "VALID|SEALED, Generation += 1)", "big", "patch",
+                Const(1 << 32, "Generation += 1"))
+        else:
+            gen_add = Const((1 << 48) | (1 << 32), "Flags += VALID, Generation += 1")
         self.add(WrTemplate(
-            f"{tag}_gen", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 10,
+            f"{tag}_gen", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 11,
             fields={"raddr": Placed(f"{tag}_p_h2", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table"),
-                    "swap_add": Const((1 << 48) | (1 << 32),
-                                      "Flags += VALID (SEALED: a variant), Generation += 1"),
+                    "swap_add": gen_add,
                     "add_mask": Const((1 << 63) | (1 << 47) | (1 << 31), "field carries")},
             places=(Place("buf:oldw", 8, "old entry word", "big"),), cond=ready,
             remote_kind="strided_table", atomic_word_order="big",
-            note="Flags and Generation + 1 after Data Length and Block Offset"
-            + (" (SEAL: Flags add 3)" if seal else "")))
+            note="Flags and Generation + 1 after Data Length and Block Offset"))
         self.add(WrTemplate(
-            f"{tag}_gen0", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 11,
+            f"{tag}_gen0", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 12,
             fields={"raddr": Placed(f"{tag}_p_h3", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table"),
                     "swap_add": Const(1 << 32, "Generation += 1 again (skip 0)")},
@@ -469,18 +531,18 @@ class _Builder:
             remote_kind="strided_table", atomic_word_order="big",
             note="skip Generation 0 (a reader may see it for an instant)"))
         self.add(WrTemplate(
-            f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 12,
+            f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 13,
             fields={"raddr": Placed(f"{tag}_p_h4", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table")},
             places=(Place("buf:w", 8, "new entry word", "big"),), cond=ready,
             remote_kind="strided_table",
             note="the new Generation for the completion (a FetchAdd returns the old one)"))
-        self._completion(v, f"{tag}_send", 13, Read("buf:k_bs", 4, (), "Data Length"),
+        self._completion(v, f"{tag}_send", 14, Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo2", (f"{tag}_read_slot",))
         self.chain.wr(f"{tag}_send").gather = tuple(
             Read(r.loc, r.length, (f"{tag}_reread",), r.about) if r.loc == "buf:w+2" else r
             for r in self.chain.wr(f"{tag}_send").gather)
-        self._commit(v, 14)
+        self._commit(v, 15)
         for wr_name in (f"{tag}_send", f"commit_{v.name}", f"release_{v.name}"):
             self.chain.wr(wr_name).cond = ready
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from kbtpsim.chains.layout import ChainLayout
+from kbtpsim.chains.layout import ChainLayout, register_ring
 from kbtpsim.chains.plan import plan_connection
 from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.nic import (
@@ -79,13 +79,21 @@ class Harness:
                  blocks: int = 8, credits: int = 4, max_inline: int | None = None,
                  handle_base: int = 0x4000, handle_count: int = 16, quota: int = 8,
                  variants: tuple[str, ...] | None = None, cpu_request_ns: float = 1000.0,
-                 device_memory: bool = True, refill_batch: int = 1) -> None:
+                 device_memory: bool = True, refill_batch: int = 1, first_block: int = 0,
+                 others: tuple[InitiatorConfig, ...] = ()) -> None:
+        """``others``: more initiators (same shared ring), served by the CPU's target
+        directly (see :meth:`other`), not through the NIC."""
         prof = get_profile(profile) if isinstance(profile, str) else profile
         self.config = TargetConfig(
-            blocks=blocks, block_size=block_size, addr_le=addr_le,
+            blocks=blocks, block_size=block_size, addr_le=addr_le, first_block=first_block,
             max_inline=block_size if max_inline is None else max_inline,
-            initiators=(InitiatorConfig("A", iid("A"), quota, handle_base, handle_count),),
+            initiators=(InitiatorConfig("A", iid("A"), quota, handle_base, handle_count),
+                        *others),
         )
+        #: the CPU does nothing (busy elsewhere) until this time (ps): :meth:`pause_cpu`
+        self.cpu_paused_until = 0
+        #: credits served by the CPU whose request still waits in its target (gate held)
+        self._held: list[int] = []
         self.addr_le = addr_le
         self.sim = Simulation()
         self.tnic = self.sim.add_nic("target", prof)
@@ -96,8 +104,12 @@ class Harness:
         self.layout = ChainLayout.of(self.target_layout, self.config)
         table_key, pool_key = self.layout.register(self.tnic)
         self.plan = plan_connection(prof, self.config, self.layout, "A", variants)
+        ring = None
+        if any(v.startswith("alloc") for v in self.plan.offloaded):
+            ring = register_ring(self.tnic, self.target_layout.rings[0])
+        self.quota = quota
         self.server = ChainServer(self.tnic, self.plan.chain, self.layout, credits,
-                                  table_key, pool_key, device_memory)
+                                  table_key, pool_key, device_memory, ring)
         self.cpu_request_ps = round(cpu_request_ns * 1000)
         self.refill_batch = refill_batch
         # target CPU's own QP to the initiator, and a bounce buffer
@@ -154,22 +166,45 @@ class Harness:
         self._recv_next += 1
         qp.post_recv([Sge(addr, 64, self.imr.lkey)], wr_id=addr)  # type: ignore[attr-defined]
 
-    def send(self, msg: Message) -> simpy.Event:
-        """Send ``msg`` now; the event fires with the completion octets."""
-        data = encode(msg, self.addr_le)
+    def send(self, msg: Message | bytes, ref_hold: bool = False) -> simpy.Event:
+        """Send ``msg`` now (a message, or raw octets: e.g. a malformed request); the event
+        fires with the completion octets. ``ref_hold``: the reference processes it with
+        ``hold_after_ticket`` (an ALLOC_STORE stalled after its FetchAdd, until
+        ``reference.read_slot``)."""
+        data = msg if isinstance(msg, bytes) else encode(msg, self.addr_le)
         env = self.sim.env
-        at = self.ibuf + IBUF - (1 << 22)
+        # two send buffers, alternating: two requests may be in flight (pipelined)
+        self._send_n = getattr(self, "_send_n", 0) + 1
+        at = self.ibuf + IBUF - (1 << 22) + (self._send_n % 2) * (1 << 21)
         self.inic.host.memory.write(at, data)
         self.qp_i.post_send(WorkRequest(Opcode.SEND, (Sge(at, len(data), self.imr.lkey),), S))
         self.qp_i.ring_doorbell()
-        self._sent[msg.request_id] = int(env.now)
+        rid = int.from_bytes(data[4:12], "big") if isinstance(msg, bytes) else msg.request_id
+        self._sent[rid] = int(env.now)
         self._done = env.event()
-        self._ref(data)
+        self._ref(data, ref_hold)
         return self._done
 
-    def _ref(self, data: bytes) -> None:
-        effects = self.reference.handle(CONN, data, 0)
+    def _ref(self, data: bytes, hold: bool = False) -> None:
+        effects = self.reference.handle(CONN, data, 0, hold_after_ticket=hold)
         self._apply_ref(effects)
+
+    def pause_cpu(self, until_ps: int) -> None:
+        """Keep the target CPU away (busy elsewhere) until ``until_ps``: chains keep
+        running, finished credits wait to be seen."""
+        self.cpu_paused_until = until_ps
+
+    def other(self, conn_id: int, msg: Message) -> tuple[list[bytes], list[bytes]]:
+        """Process ``msg`` of another initiator's connection ``conn_id`` on the CPU's
+        target (in memory, now) and on the reference; returns the octets each sent."""
+        now = int(self.sim.env.now)
+        for t in (self.cpu_target, self.reference):
+            if conn_id not in t.connections:
+                t.connect(conn_id, now)
+        mine = self.cpu_target.handle(conn_id, encode(msg, self.addr_le), now)
+        ref = self.reference.handle(conn_id, encode(msg, self.addr_le), 0)
+        return ([e.data for e in mine if isinstance(e, SendMessage)],
+                [e.data for e in ref if isinstance(e, SendMessage)])
 
     def _apply_ref(self, effects: list[Effect]) -> None:
         for e in effects:
@@ -199,13 +234,13 @@ class Harness:
             if self._done is not None and not self._done.triggered:
                 self._done.succeed(raw)
 
-    def run(self, messages: list[Message], hello: bool = True) -> RunResult:
+    def run(self, messages: list[Message | bytes], hello: bool = True) -> RunResult:
         """Send ``messages`` one after another (each after the previous completion)."""
         self.expected = getattr(self, "expected", {})
         env = self.sim.env
 
         def driver() -> Generator[simpy.Event, object, None]:
-            msgs = list(messages)
+            msgs: list[Message | bytes] = list(messages)
             if hello:
                 msgs.insert(0, Hello(requested_features=Feature.ADDR_LE,
                                      completion_credits=8, initiator_id=iid("A")))
@@ -230,10 +265,18 @@ class Harness:
         server = self.server
         prof = self.tnic.profile
         while True:
+            if env.now < self.cpu_paused_until:
+                yield env.timeout(self.cpu_paused_until - env.now)
+            if self.cpu_target.waiting_allocations:  # a hand-over waits for its slot
+                effects = self.cpu_target.poll_waiting(int(env.now))
+                if effects:
+                    yield from self._execute(effects)
+            self._release_done()
             finished = server.poll(int(env.now))
             for f in finished:
                 yield from self._serve(f)
             if finished:
+                server.alloc_budget = self._allowed() - len(server.armed_credits())
                 n = server.refill(self.refill_batch)
                 if n:
                     cost = round((n * len(server.templates) * prof.cpu_post_ns
@@ -248,15 +291,63 @@ class Harness:
         rid = int.from_bytes(f.request[4:12], "big") if len(f.request) >= 12 else 0
         if not f.needs_cpu:
             self.result.served[rid] = f.served
+            if f.ticket is not None:  # the chain bound a handle: the CPU's bookkeeping
+                effects = self.cpu_target.note_chain_alloc(CONN, f.request, f.ticket,
+                                                           int(env.now))
+                yield from self._execute(effects)  # e.g. a FREE deferred on that slot
             return
         self.result.cpu_requests += 1
         # busy time: processing plus posting; waiting for the NIC is not counted
         self.result.cpu_request_ps += self.cpu_request_ps
         yield env.timeout(self.cpu_request_ps)
-        effects = self.cpu_target.handle(CONN, f.request, int(env.now))
+        if f.ticket is not None:  # the chain took a ticket, its slot was not ready
+            effects = self.cpu_target.finish_allocation(CONN, f.request, f.ticket,
+                                                        int(env.now))
+        else:
+            effects = self.cpu_target.handle(CONN, f.request, int(env.now))
         yield from self._execute(effects)
-        self.server.release(f.credit)
+        self._held.append(f.credit)
+        self._release_done()
         self.result.served[rid] = None
+
+    def _release_done(self) -> None:
+        """Release the gates of served credits whose request is no longer waiting in the
+        CPU's target (an allocation waiting for its slot, a deferred FREE): later requests
+        of the connection stay behind it, as the software target queues them."""
+        conn = self.cpu_target.connections.get(CONN)
+        if self._held and (conn is None or not conn.busy):
+            for credit in self._held:
+                self._sync_credits(credit)
+                self.server.release(credit)
+            self._held.clear()
+
+    def _allowed(self) -> int:
+        """ALLOC_STORE allowances the CPU may hand out: quota - usage, 0 without session."""
+        conn = self.cpu_target.connections.get(CONN)
+        sess = conn.initiator if conn is not None else None
+        if sess is None:
+            return 0
+        return max(0, sess.config.quota - sess.usage)
+
+    def _sync_credits(self, after: int) -> None:
+        """After the CPU served credit ``after`` (later credits wait for its gate): set the
+        later credits' session octets, and arm or disarm their ALLOC_STORE allowance so at
+        most quota - usage of them are armed (an allocation in software may have used one,
+        a FREE returned one)."""
+        server = self.server
+        conn = self.cpu_target.connections.get(CONN)
+        established = conn is not None and conn.initiator is not None
+        if established != server.session:
+            server.set_session(established, after)
+        if not server.alloc_arms:
+            return
+        later = [n for n in sorted(server.live) if n > after]
+        armed = [n for n in server.armed_credits() if n > after]
+        allowed = self._allowed()
+        for n in armed[allowed:]:
+            server.disarm(n)
+        for n in [n for n in later if n not in armed][:max(0, allowed - len(armed))]:
+            server.arm(n)
 
     def _execute(self, effects: list[Effect]) -> Generator[simpy.Event, object, None]:
         env = self.sim.env
@@ -333,6 +424,15 @@ class Harness:
                 word = mem.read_u64(getattr(where, f"{name}_addr"), order)
                 if word != want_word:
                     out.append(f"ring {ring.name} {name} {word:#x} != {want_word:#x}")
+        for name, sess in self.reference.initiators.items():
+            mine = self.cpu_target.initiators[name]
+            for what in ("bound", "tickets", "freeing", "usage"):
+                if getattr(mine, what) != getattr(sess, what):
+                    out.append(f"initiator {name}: {what} {getattr(mine, what)} != "
+                               f"{getattr(sess, what)}")
+        for ring, ref in zip(self.cpu_target.rings, self.reference.rings, strict=True):
+            if ring.deferred_blocks() != ref.deferred_blocks():
+                out.append(f"ring {ring.name}: deferred frees differ")
         try:
             self.cpu_target.check_invariant()
         except Exception as exc:  # the CPU's target must stay consistent with memory

@@ -86,6 +86,9 @@ class Placed:
     what: str  #: e.g. "request[28:36] Data Descriptor Tagged Offset"
     order: Order
     kind: Literal["request", "entry", "slot", "atomic", "patch"] = "request"
+    #: the value posted before the placement (the octets the placement leaves alone keep
+    #: it: e.g. the high half of a ring address, the ``| 4`` of an entry's octet 4)
+    init: Const | Addr | None = None
 
     def describe(self) -> str:
         return f"{self.kind} <- {self.producer}: {self.what} ({self.order})"

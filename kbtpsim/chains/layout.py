@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kbtpsim.chains.compiler import Geometry
 from kbtpsim.nic import Access, MemoryRegion, Nic
 from kbtpsim.target import TargetConfig
-from kbtpsim.target.layout import TargetLayout
+from kbtpsim.target.layout import RingLayout, TargetLayout
 
 #: Stride of the table's strided key: the handle is scattered one octet left (h << 8).
 STRIDE = 256
@@ -35,6 +35,29 @@ def aligned_block(lo: int, hi: int) -> tuple[int, int]:
     return best
 
 
+#: Tagged Offset of slot 0 in the ring key (low 32 bits zero: a chain patches the
+#: FetchAdd's 32-bit Slot Offset into the low half of a remote address).
+RING_TO = 1 << 32
+
+
+@dataclass(frozen=True, slots=True)
+class RingKeys:
+    """The keys an ALLOC_STORE chain uses on one ring: slots (TO ``RING_TO`` + Slot Offset)
+    and Head (TO = its address; remote atomics)."""
+
+    slots: MemoryRegion
+    head: MemoryRegion
+    head_to: int
+
+
+def register_ring(nic: Nic, ring: RingLayout) -> RingKeys:
+    """Register ``ring``'s slots and Head counter for a chain's Read/Write and FetchAdd."""
+    rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
+    slots = nic.register_mr(ring.slots_addr, ring.slots_size, rights, base_to=RING_TO)
+    head = nic.register_mr(ring.head_addr, 8, rights | Access.REMOTE_ATOMIC)
+    return RingKeys(slots, head, ring.head_addr)
+
+
 @dataclass(frozen=True, slots=True)
 class ChainLayout:
     """Table at ``table_addr`` (entry of ``table_base`` first), pool at ``pool_addr``
@@ -48,16 +71,14 @@ class ChainLayout:
     first_block: int
     blocks: int
     addr_le: bool
+    ring_slots: int = 8  #: slots of the shared ring (rings[0] of the target layout)
 
     @classmethod
     def of(cls, layout: TargetLayout, config: TargetConfig) -> ChainLayout:
         """The chains' view of a memory-backed target's layout."""
-        if layout.table_addr < 16 * layout.table_base_handle:
-            raise ValueError("table_addr must be >= 16 * Table Base Handle (strided key "
-                             "without a TO base; see docs/design/chains-notes.md)")
         return cls(layout.table_addr, layout.table_base_handle, layout.table_count,
                    layout.pool_addr, config.block_size, config.first_block, config.blocks,
-                   config.addr_le)
+                   config.addr_le, layout.rings[0].n_slots)
 
     def entry_addr(self, handle: int) -> int:
         return self.table_addr + 16 * (handle - self.table_base)
@@ -82,7 +103,7 @@ class ChainLayout:
         return Geometry(
             block_size=config.block_size, max_inline=config.max_inline,
             table_block=aligned_block(self.table_base, self.table_base + self.table_count),
-            load_block=aligned_block(lo, hi), own_block=own)
+            load_block=aligned_block(lo, hi), own_block=own, ring_slots=self.ring_slots)
 
     def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
         """The table's strided key (None without ``strided_keys``) and the pool region
@@ -90,10 +111,14 @@ class ChainLayout:
         rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
         table = None
         if nic.profile.strided_keys:
-            table = nic.register_strided(self.table_addr - 16 * self.table_base, 16,
-                                         self.table_base + self.table_count, STRIDE, rights)
+            # TO (Table Base Handle + i) * 256 + j -> octet j of entry i (the key's base index
+            # is the Table Base Handle, so the table may sit anywhere); atomics for the
+            # ALLOC_STORE chain's Generation + 1
+            atomic = Access.REMOTE_ATOMIC if nic.profile.masked_atomics else Access.LOCAL_READ
+            table = nic.register_strided(self.table_addr, 16, self.table_count, STRIDE,
+                                         rights | atomic, base_index=self.table_base)
         start = self.first_block * self.block_size
-        # workaround: Nic.register_mr has no iova argument; the protection table has
-        pool = nic.pt.register(self.pool_addr + start, self.blocks * self.block_size,
-                               rights, base_to=start)
+        # the pool region's Tagged Offsets are Block Offsets
+        pool = nic.register_mr(self.pool_addr + start, self.blocks * self.block_size, rights,
+                               base_to=start)
         return table, pool

@@ -98,8 +98,9 @@ def table(samples: list[Sample]) -> str:
 
 
 def write_assets(root: Path) -> None:
-    """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (offloaded) and
-    LOAD on cx5 (rejected), drawn and listed."""
+    """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (ALLOC_STORE
+    rejected), LOAD and ALLOC_STORE on ideal-be (offloaded) and LOAD on cx5 (rejected),
+    drawn and listed."""
     from kbtpsim.chains.plan import decide
     from kbtpsim.chains.render import draw, show
 
@@ -107,6 +108,7 @@ def write_assets(root: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cases = [(v, "ideal", True) for v in
              ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")]
+    cases += [(v, "ideal-be", False) for v in ("load", "alloc_inline", "alloc_read")]
     cases.append(("load", "cx5", False))
     for variant, prof, le in cases:
         d = decide(variant, PROFILES[prof], le)
@@ -120,7 +122,7 @@ def write_assets(root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kbtpsim.chains.measure")
     parser.add_argument("--docs", metavar="DIR", help="also regenerate DIR/chains/*")
-    parser.add_argument("--profiles", default="cx5,irdma,ideal,cx3-40g-ib")
+    parser.add_argument("--profiles", default="cx5,irdma,ideal,ideal-be,cx3-40g-ib")
     args = parser.parse_args(argv)
     if args.docs:
         write_assets(Path(args.docs))

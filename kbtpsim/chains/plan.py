@@ -63,12 +63,9 @@ def _order(profile: NicProfile):  # type: ignore[no-untyped-def]
     return profile.atomic_byte_order
 
 
-#: Variants :class:`~kbtpsim.chains.post.ChainServer` can post. The ALLOC_STORE chains exist
-#: as IR (shown, drawn, verified) but their ring FetchAdd, slot Read and Generation FetchAdd
-#: are not materialised yet; no shipped profile verifies them anyway.
-RUNNABLE = frozenset({"load", "store_inline", "store_read"})
-NOT_RUNNABLE = ("the chain verifies on this profile, but ChainServer does not post "
-                "ALLOC_STORE chains yet (ring and atomic materialisation not implemented)")
+#: Variants :class:`~kbtpsim.chains.post.ChainServer` can post (all of them).
+RUNNABLE = frozenset(VARIANTS)
+NOT_RUNNABLE = "the chain verifies on this profile, but ChainServer cannot post it"
 
 
 @dataclass

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kbtpsim.chains.compiler import CONSTS, REQ_LEN
+from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET
 from kbtpsim.chains.ir import Addr, Chain, Const, Placed, Role, WrTemplate
-from kbtpsim.chains.layout import ChainLayout
+from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.nic import (
     Access,
     Condition,
@@ -50,6 +50,11 @@ class Finished:
     served: str | None  #: the variant the NIC served, or None: the CPU must serve it
     request: bytes  #: the request's octets as received
     time: int  #: when the CPU saw it (ps)
+    #: ALLOC_STORE: the Ticket the chain took (its FetchAdd on Head ran), else None. With
+    #: ``served`` the chain bound the handle (tell the target: ``Target.note_chain_alloc``);
+    #: with ``needs_cpu`` the slot was not ready and the CPU must finish the allocation of
+    #: *this* ticket (``Target.finish_allocation``)
+    ticket: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -64,6 +69,8 @@ class _Credit:
     seen: int = 0
     served: str | None = None
     recv_len: int | None = None
+    alloc_armed: bool = False  #: the CPU allowed an ALLOC_STORE in this credit (quota)
+    ticket_taken: bool = False
 
 
 class ChainServer:
@@ -71,14 +78,31 @@ class ChainServer:
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
-                 device_memory: bool = True) -> None:
+                 device_memory: bool = True, ring: RingKeys | None = None,
+                 alloc_budget: int = 0) -> None:
         self.nic = nic
         self.chain = chain
         self.layout = layout
         self.credits = credits
         self.table_key = table_key
         self.pool_key = pool_key
+        self.ring = ring
         self.templates = list(chain.wrs())
+        names = {w.name for w in self.templates}
+        #: arm words of the ALLOC_STORE variants (octet 7: the CPU's quota octet)
+        self.alloc_arms = [f"arm_{v}" for v in ("alloc_inline", "alloc_read")
+                           if f"commit_{v}" in names]
+        self.fa_heads = {i for i, w in enumerate(self.templates) if w.name.endswith("_fa_head")}
+        if self.alloc_arms and ring is None:
+            raise ValueError("an ALLOC_STORE chain needs the ring's keys (ring=)")
+        #: credits the CPU may still arm for ALLOC_STORE when it posts them: it sets this
+        #: to quota - usage - len(armed_credits()) before each refill
+        self.alloc_budget = alloc_budget
+        #: ALLOC_STORE chains that took a ticket but found the slot not ready (-> CPU)
+        self.slot_not_ready = 0
+        #: the connection's session is established: credits posted now get the session
+        #: octet (:data:`~kbtpsim.chains.compiler.SESSION_OCTET`); :meth:`set_session`
+        self.session = False
         self.per_credit = {r: [w for w in self.templates if w.role is r] for r in Role}
         self.signaled = sum(1 for w in self.templates
                             if w.role in (Role.WORKER, Role.CONN) and w.signaled)
@@ -89,7 +113,12 @@ class ChainServer:
         #: no fast path at all: every receive goes straight to the CPU
         self.software = n_work == 0
         self.chain_cq = nic.create_cq(1 << 16)
-        self.recv_cq = nic.create_cq(1 << 12)
+        # the receive CQ has its buffer in host memory (as on mlx5): a chain's marker reads
+        # the receive's byte count from the CQE (credit n's receive is CQE number n)
+        rdepth = 1 << 12
+        self.rcq_addr = nic.host.alloc(64 * rdepth, 4096)
+        self.recv_cq = nic.create_cq(rdepth, buffer_addr=self.rcq_addr)
+        self.rcq_mr = nic.register_mr(self.rcq_addr, 64 * rdepth, Access.LOCAL_WRITE)
         self.gate_cq = nic.create_cq(1 << 12)
         self.master_cq = nic.create_cq(1 << 12)
         managed = not self.software
@@ -167,6 +196,7 @@ class ChainServer:
                     names[m.group(2)] = max(names.get(m.group(2), 8), size)
         for k in CONSTS:
             names.pop(k, None)
+        names.pop(RCQE, None)
         names.pop("k_bs", None)
         return {k: (v + 7) // 8 * 8 for k, v in names.items()}
 
@@ -194,6 +224,8 @@ class ChainServer:
         if kind == "buf":
             if name in self.consts:
                 return self.consts[name] + off, self.scratch.lkey
+            if name == RCQE:  # this credit's receive CQE in the receive CQ's buffer
+                return self.recv_cq.slot_addr(cr.number) + off, self.rcq_mr.lkey
             key = self.staging.lkey if name == "stg" else self.scratch.lkey
             return cr.bufs[name] + off, key
         qp, idx = cr.index[name]
@@ -204,8 +236,8 @@ class ChainServer:
         if isinstance(src, Const):
             return int.from_bytes(src.value, "big") if isinstance(src.value, bytes) \
                 else src.value
-        if isinstance(src, Placed):
-            return 0  # written at run time
+        if isinstance(src, Placed):  # written at run time, over its initial value
+            return 0 if src.init is None else self._value(cr, w, src.init)
         assert isinstance(src, Addr)
         ref = src.ref
         if ref.startswith(("buf:", "wqe:")):
@@ -218,6 +250,12 @@ class ChainServer:
             return self.table_key.rkey
         if ref == "key:pool":
             return self.pool_key.lkey
+        if ref in ("key:ring", "key:ring_head", "ring:head", "region:ring"):
+            if self.ring is None:
+                raise ValueError(f"{w.name}: the chain uses the ring, whose keys are missing")
+            return {"key:ring": self.ring.slots.rkey, "key:ring_head": self.ring.head.rkey,
+                    "ring:head": self.ring.head_to,
+                    "region:ring": self.ring.slots.base_to}[ref]
         if ref.startswith("qp:"):
             return self.qps[Role(ref[3:])].qpn
         if ref.startswith("wr:"):
@@ -252,6 +290,8 @@ class ChainServer:
             if shape:
                 kw["cond"] = Condition(0, 0, 0, 0)
             else:
+                if len(w.cond.compare) != 8 or len(w.cond.mask) != 8:
+                    raise ValueError(f"{w.name}: a condition's compare and mask are 8 octets")
                 addr, key = self._loc(cr, w.cond.word.loc)
                 kw["cond"] = Condition(addr, key, int.from_bytes(w.cond.compare, order),
                                        int.from_bytes(w.cond.mask, order))
@@ -270,7 +310,7 @@ class ChainServer:
             count = w.fields["sge0.count"]
             assert isinstance(count, Const) and isinstance(count.value, int)
             sges.append(Sge(0, count.value, self.pool_key.lkey))
-        elif op is Opcode.RDMA_READ:
+        elif op in (Opcode.RDMA_READ, Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD):
             for p in w.places:
                 addr, key = (0, 0) if shape else self._loc(cr, f"{p.dest}+{p.offset}"
                                                             if p.offset else p.dest)
@@ -283,6 +323,10 @@ class ChainServer:
             kw["remote_addr"] = self._value(cr, w, w.fields["raddr"]) \
                 if "raddr" in w.fields else 0
             kw["rkey"] = self._rkey_for(cr, w)
+        if op in (Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD):
+            kw["swap_add"] = 0 if shape else self._value(cr, w, w.fields["swap_add"])
+            if "add_mask" in w.fields:
+                kw["swap_mask"] = 0 if shape else self._value(cr, w, w.fields["add_mask"])
         return WorkRequest(op, tuple(sges), flags, inline_data=w.inline, wr_id=wr_id,
                            **kw)  # type: ignore[arg-type]
 
@@ -300,6 +344,13 @@ class ChainServer:
         number = self.posted
         slot = number % self.credits
         cr = _Credit(number, self._init_buffers(slot))
+        if self.session and "arm_read" in cr.bufs:
+            self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET, b"\x01")
+        if self.alloc_arms and self.alloc_budget > 0:  # quota: allow one ALLOC_STORE
+            self.alloc_budget -= 1
+            cr.alloc_armed = True
+            for arm in self.alloc_arms:
+                self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
         # index assignment, then shapes (for field offsets), then the real WRs
         self._shapes: dict[str, WorkRequest] = {}
         counters = {r: q.post_index for r, q in self.qps.items()}
@@ -369,16 +420,61 @@ class ChainServer:
             if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
                 w = self.templates[c.wr_id & 0x3FFF]
                 cr.served = w.name.removeprefix("commit_")
+            elif (c.wr_id & 0x3FFF in self.fa_heads
+                  and c.opcode is WcOpcode.MASKED_FETCH_ADD):
+                cr.ticket_taken = True
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
             if cr.seen < self.signaled or cr.recv_len is None:
                 break
-            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now))
+            ticket = None
+            if cr.ticket_taken:  # the FetchAdd's result: Ticket in the high half
+                order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
+                    else "little"
+                ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
+                if cr.served is None:
+                    self.slot_not_ready += 1
+            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now, ticket))
             del self.live[self.finished]
             self.free_slots.append(cr.number % self.credits)
             self.finished += 1
         return out
+
+    def set_session(self, established: bool, after: int) -> None:
+        """The CPU processed credit ``after`` (HELLO, GOODBYE) and the session is now
+        ``established`` or not: set the session octet of every later live credit (their
+        chains wait for ``after``'s gate, which the CPU has not released yet) and of the
+        credits posted from now on. Without it no fast path serves a request (software:
+        MALFORMED, request before HELLO)."""
+        self.session = established
+        for n, cr in self.live.items():
+            if n > after and "arm_read" in cr.bufs:
+                self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET,
+                                           b"\x01" if established else b"\x00")
+
+    def armed_credits(self) -> list[int]:
+        """Live credits armed for ALLOC_STORE whose chain has not reported yet."""
+        return [n for n, cr in sorted(self.live.items()) if cr.alloc_armed]
+
+    def arm(self, credit: int) -> None:
+        """Give ``credit`` an ALLOC_STORE allowance (set its quota octet); same rule as
+        :meth:`disarm`: only for a credit whose chain is still held behind the gate."""
+        cr = self.live[credit]
+        if self.alloc_arms and not cr.alloc_armed:
+            cr.alloc_armed = True
+            for arm in self.alloc_arms:
+                self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
+
+    def disarm(self, credit: int) -> None:
+        """Withdraw ``credit``'s ALLOC_STORE allowance (its quota octet) before its chain
+        runs: only for a credit behind one the CPU has not released yet (its chain waits
+        for the gate, so it cannot have read the octet)."""
+        cr = self.live[credit]
+        if cr.alloc_armed:
+            cr.alloc_armed = False
+            for arm in self.alloc_arms:
+                self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x00")
 
     def release(self, credit: int) -> None:
         """The CPU served ``credit``: let the next credit's chain start."""

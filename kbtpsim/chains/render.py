@@ -48,26 +48,42 @@ VALIDATIONS: dict[str, list[tuple[str, str, str]]] = {
         ("Length <= Block Size", "chain + CPU", "chain requires Length = Block Size"),
     ],
     "alloc_inline": [
-        ("handle range, not VALID, Generation", "chain (design)",
-         "markers as for STORE, entry marker Flags = 0"),
+        ("version, opcode, Status 0, flags", "chain",
+         "INLINE [| SEAL] (inline), flags 0 (Read source); INVALIDATE, RECORD, SEAL with a "
+         "Read source, unknown bits -> CPU"),
+        ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
+        ("not VALID (ALREADY_BOUND)", "chain", "entry marker: Flags = 0"),
+        ("Generation", "chain + CPU", "0 in chain; non-zero -> CPU"),
+        ("length <= Block Size (<= Max Inline)", "chain + CPU",
+         "chain requires Length = Block Size (STag = TO = 0 inline); rest -> CPU"),
         ("quota (NO_SPACE)", "CPU accounting",
-         "design: the CPU arms the ALLOC_STORE variant in at most quota - usage credits "
-         "at refill; unarmed credits hand ALLOC_STORE to the CPU"),
-        ("ring Sequence = ticket", "chain (design)",
-         "marker comparing the slot's Sequence with the FetchAdd's Ticket; slot not ready "
-         "-> CPU, which waits for the slot (counted)"),
-        ("Generation + 1 (skip 0)", "chain (design)",
-         "masked FetchAdd on the big-endian entry word; the skip over 0 needs a second "
-         "conditional add"),
+         "the CPU sets the quota octet in at most quota - usage credits (at refill, and "
+         "re-checks later credits after serving a request); others hand ALLOC_STORE to "
+         "the CPU, which answers NO_SPACE or allocates in software"),
+        ("ring Sequence = Ticket", "chain + CPU",
+         "marker comparing the slot's Sequence with the FetchAdd's Ticket (a placed "
+         "operand); slot not ready -> CPU with that ticket (Target.finish_allocation), "
+         "counted"),
+        ("Generation + 1 (skip 0)", "chain",
+         "masked FetchAdd on the big-endian entry word (Flags += request INLINE|SEAL = "
+         "VALID|SEALED) and a conditional second add when the old Generation was 0xFFFF"),
     ],
 }
-VALIDATIONS["alloc_read"] = VALIDATIONS["alloc_inline"]
-#: Divergences the chain cannot avoid (listed, never silent).
+VALIDATIONS["alloc_read"] = list(VALIDATIONS["alloc_inline"])
+MSG_ROW = ("message length (octet count)", "chain + CPU",
+           "marker on the receive CQE's byte count (receive CQ buffer in memory): exactly "
+           "40 (+ Block Size inline) octets in chain; trailing, short or long data -> CPU "
+           "(MALFORMED there)")
+SESSION_ROW = ("session established (HELLO done, no GOODBYE)", "chain",
+               "session octet of the entry Read's arm word, set by the CPU; outside a "
+               "session -> CPU (MALFORMED there)")
+for _rows in VALIDATIONS.values():
+    _rows += [MSG_ROW, SESSION_ROW]
+#: What the chain design still cannot do like the software target (listed, never silent).
 LIMITS = [
-    "message length is invisible to work requests: a request whose octet count disagrees "
-    "with its header (trailing octets, inline data shorter than the descriptor Length: "
-    "MALFORMED in software) is served by the fast path as if well-formed; the CPU sees the "
-    "receive's byte count only when it refills the credit",
+    "a request longer than the credit's receive buffer (40 + Max Inline + 16 octets) fails "
+    "the receive (LOC_LEN_ERR) and the connection, with or without chains; the software "
+    "target, fed the octets directly, answers it (TOO_LARGE or MALFORMED)",
 ]
 
 

@@ -191,6 +191,11 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
                         f"but it is placed by {p} and no WAIT, ENABLE or fence orders "
                         "the two"))
         cond = wr.cond
+        if cond is not None and (len(cond.compare) != 8 or len(cond.mask) != 8):
+            out.append(Violation(wr.name, "cond", "consistency",
+                                 "a condition compares 8 octets: compare and mask must be 8 "
+                                 "octets (shorter ones land in the wrong octets on one of "
+                                 "the byte orders)"))
         if cond is not None and cond.compare_source is not None:
             cs = cond.compare_source
             _check_placed(chain, wr, "cond_compare", cs, profile, out)

@@ -3,6 +3,13 @@
 A CQE is generated inside the NIC (it counts at once toward :meth:`CompletionQueue.reach`,
 which WAIT uses) and becomes visible to a polling CPU when its DMA write lands
 (``Cqe.time``). A CQ that holds ``depth`` unpolled CQEs overruns: :class:`CqOverrun`.
+
+Optionally (``Nic.create_cq(depth, buffer_addr=...)``) a CQ also has a *buffer in memory*,
+as a real mlx5 CQ does: CQE number ``i`` (0, 1, 2, ... in generation order) is written as
+64 octets (:func:`encode_cqe`, layout in docs/nic-model.md) at
+``buffer_addr + 64 * (i mod depth)`` when its DMA write lands, so other work requests can
+read it (e.g. a conditional WR testing a receive's byte count). Without a buffer nothing
+is written (the default).
 """
 
 from __future__ import annotations
@@ -48,17 +55,65 @@ class Cqe:
     time: int = 0
 
 
+#: Size of a CQE in a CQ buffer, and offsets of its fields (mlx5 ``mlx5_cqe64``; all
+#: multi-octet fields big-endian whatever the profile's byte orders).
+CQE_SIZE = 64
+CQE_IMM = 36  #: immediate data or invalidated STag (4)
+CQE_BYTE_CNT = 44  #: byte count (4): octets received (receives) or transferred
+CQE_WQE_COUNTER = 60  #: WQE index, low 16 bits (2)
+CQE_QPN = 56  #: QP number in the low 24 bits (4)
+CQE_SYNDROME = 55  #: error CQEs: the model's ``WcStatus`` value (1)
+CQE_OP_OWN = 63  #: opcode << 4 | owner bit (1)
+
+#: mlx5 CQE opcodes (``MLX5_CQE_*``).
+CQE_REQ, CQE_RESP_WR_IMM, CQE_RESP_SEND, CQE_RESP_SEND_IMM, CQE_RESP_SEND_INV = 0, 1, 2, 3, 4
+CQE_REQ_ERR, CQE_RESP_ERR = 13, 14
+
+
+def encode_cqe(cqe: Cqe, index: int, depth: int) -> bytes:
+    """The 64 octets of ``cqe`` as CQE number ``index`` of a CQ of ``depth`` entries.
+
+    Octets not listed in the CQE_* offsets are zero. Owner bit = ``(index // depth) & 1``
+    (it flips on every pass around the ring, as on mlx5)."""
+    raw = bytearray(CQE_SIZE)
+    recv = cqe.opcode in (WcOpcode.RECV, WcOpcode.RECV_RDMA_WITH_IMM)
+    if cqe.status is not WcStatus.SUCCESS:
+        op = CQE_RESP_ERR if recv else CQE_REQ_ERR
+        raw[CQE_SYNDROME] = int(cqe.status) & 0xFF
+    elif cqe.opcode is WcOpcode.RECV_RDMA_WITH_IMM:
+        op = CQE_RESP_WR_IMM
+    elif recv and cqe.invalidated_stag is not None:
+        op = CQE_RESP_SEND_INV
+    elif recv and cqe.imm is not None:
+        op = CQE_RESP_SEND_IMM
+    else:
+        op = CQE_RESP_SEND if recv else CQE_REQ
+    imm = cqe.invalidated_stag if cqe.invalidated_stag is not None else cqe.imm
+    if imm is not None:
+        raw[CQE_IMM:CQE_IMM + 4] = (imm & 0xFFFFFFFF).to_bytes(4, "big")
+    raw[CQE_BYTE_CNT:CQE_BYTE_CNT + 4] = (cqe.byte_len & 0xFFFFFFFF).to_bytes(4, "big")
+    raw[CQE_QPN:CQE_QPN + 4] = (cqe.qpn & 0xFFFFFF).to_bytes(4, "big")
+    raw[CQE_WQE_COUNTER:CQE_WQE_COUNTER + 2] = (cqe.wqe_index & 0xFFFF).to_bytes(2, "big")
+    raw[CQE_OP_OWN] = op << 4 | (index // depth) & 1
+    return bytes(raw)
+
+
 class CompletionQueue:
-    """A CQ of ``depth`` entries, number ``cqn`` on its NIC."""
+    """A CQ of ``depth`` entries, number ``cqn`` on its NIC; ``buffer_addr`` (optional) is
+    where its CQEs are written in memory (``depth`` x 64 octets)."""
 
-    __slots__ = ("_entries", "_waiters", "count", "cqn", "depth", "env")
+    __slots__ = ("_entries", "_waiters", "buffer_addr", "count", "cqn", "depth", "env")
 
-    def __init__(self, env: simpy.Environment, cqn: int, depth: int) -> None:
+    def __init__(self, env: simpy.Environment, cqn: int, depth: int,
+                 buffer_addr: int | None = None) -> None:
         if depth <= 0:
             raise ValueError(f"CQ depth must be positive, got {depth!r}")
+        if buffer_addr is not None and (buffer_addr < 0 or buffer_addr % CQE_SIZE):
+            raise ValueError(f"CQ buffer address must be 64-octet aligned, got {buffer_addr!r}")
         self.env = env
         self.cqn = cqn
         self.depth = depth
+        self.buffer_addr = buffer_addr
         self.count = 0  #: CQEs generated so far (absolute, as WAIT counts)
         self._entries: deque[Cqe] = deque()
         self._waiters: list[tuple[int, simpy.Event]] = []
@@ -77,6 +132,12 @@ class CompletionQueue:
                 self._waiters = [w for w in self._waiters if w[0] > self.count]
                 for _, ev in ready:
                     ev.succeed()
+
+    def slot_addr(self, index: int) -> int:
+        """Address of the buffer slot CQE number ``index`` is written to."""
+        if self.buffer_addr is None:
+            raise ValueError(f"CQ {self.cqn} has no buffer in memory")
+        return self.buffer_addr + CQE_SIZE * (index % self.depth)
 
     def reach(self, count: int) -> simpy.Event:
         """An event that fires once ``count`` CQEs have been generated."""

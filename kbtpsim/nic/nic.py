@@ -22,7 +22,7 @@ from typing import Any
 
 import simpy
 
-from kbtpsim.nic.cq import CompletionQueue, Cqe
+from kbtpsim.nic.cq import CompletionQueue, Cqe, encode_cqe
 from kbtpsim.nic.errors import CapabilityError, NicError
 from kbtpsim.nic.memory import Host
 from kbtpsim.nic.network import Link, LinkDirection
@@ -87,16 +87,21 @@ class Nic:
                                       round(p.loopback_ns * 1000), 0, tracer, n)
 
     # ------------------------------------------------------------------ memory
-    def register_mr(self, addr: int, length: int, access: Access) -> MemoryRegion:
+    def register_mr(self, addr: int, length: int, access: Access, *,
+                    base_to: int | None = None, stag: int | None = None) -> MemoryRegion:
         """Register host (or device) memory; lkey == rkey == ``stag``.
 
+        ``base_to`` is the Tagged Offset of ``addr`` (default ``addr``, as in InfiniBand;
+        an upper-layer protocol whose offsets start elsewhere, e.g. KBTP's Block Offsets,
+        passes its own); ``stag`` asks for a particular STag (default: the next free one).
         Without ``cas_on_wqe`` a region over a send ring cannot carry REMOTE_ATOMIC."""
         if access & Access.REMOTE_ATOMIC and not self.profile.cas_on_wqe:
             for lo, hi in self._rings:
                 if addr < hi and lo < addr + length:
                     raise CapabilityError(f"profile {self.profile.name!r} has no CAS-on-WQE: "
                                           "a send ring cannot be registered for atomics")
-        return self.pt.register(addr, length, access, in_nic_memory=addr >= DM_BASE)
+        return self.pt.register(addr, length, access, base_to=base_to,
+                                in_nic_memory=addr >= DM_BASE, stag=stag)
 
     def register_strided(self, addr: int, entry_size: int, n_entries: int, stride: int,
                          access: Access, base_index: int = 0) -> MemoryRegion:
@@ -108,10 +113,13 @@ class Nic:
                                         base_index)
 
     def bind_mw(self, parent: MemoryRegion, qp: QueuePair, addr: int, length: int,
-                access: Access) -> MemoryRegion:
+                access: Access, *, base_to: int | None = None,
+                stag: int | None = None) -> MemoryRegion:
         """Bind a memory window over part of ``parent`` to ``qp`` (done at once: the bind
-        WR's cost is not modelled)."""
-        return self.pt.bind_window(parent, qp.qpn, addr, length, access)
+        WR's cost is not modelled). ``base_to``: Tagged Offset of ``addr`` (default
+        ``addr``); ``stag``: a particular STag (default: the next free one)."""
+        return self.pt.bind_window(parent, qp.qpn, addr, length, access, base_to=base_to,
+                                   stag=stag)
 
     def invalidate(self, stag: int) -> bool:
         """Invalidate an STag locally (as LOCAL_INV does); False if it was not valid."""
@@ -146,14 +154,30 @@ class Nic:
         visible = self.pcie.write_visible(0, 64, label, t1)
         cqe = Cqe(time=visible, **fields)
         ev = self.env.timeout(visible - self.pcie.lat_ps - self.env.now)
-        ev.callbacks.append(lambda _e: cq.push(cqe))
+        if cq.buffer_addr is None:
+            ev.callbacks.append(lambda _e: cq.push(cqe))
+        else:
+            ev.callbacks.append(lambda _e: self._push_stored(cq, cqe, visible))
+
+    def _push_stored(self, cq: CompletionQueue, cqe: Cqe, visible: int) -> None:
+        """Count ``cqe`` on ``cq`` now (its write is issued) and store its 64 octets in the
+        CQ buffer when the write lands."""
+        index = cq.count
+        cq.push(cqe)
+        addr = cq.slot_addr(index)
+        raw = encode_cqe(cqe, index, cq.depth)
+        ev = self.env.timeout(max(0, visible - self.env.now))
+        ev.callbacks.append(lambda _e: self.store(addr, raw))
 
     def jitter_ps(self) -> int:
         return self._rng.randrange(self._jitter_ps + 1) if self._jitter_ps else 0
 
     # ------------------------------------------------------------------ queues
-    def create_cq(self, depth: int = 1024) -> CompletionQueue:
-        cq = CompletionQueue(self.env, len(self.cqs) + 1, depth)
+    def create_cq(self, depth: int = 1024, buffer_addr: int | None = None) -> CompletionQueue:
+        """A CQ of ``depth`` entries. With ``buffer_addr`` (64-octet aligned, ``depth`` x 64
+        octets the caller owns), every CQE is also written there in the mlx5 64-octet
+        layout (:func:`~kbtpsim.nic.cq.encode_cqe`); without, CQEs exist only as objects."""
+        cq = CompletionQueue(self.env, len(self.cqs) + 1, depth, buffer_addr)
         self.cqs[cq.cqn] = cq
         return cq
 

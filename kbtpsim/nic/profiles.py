@@ -6,6 +6,9 @@
   WAIT/ENABLE, no masked atomics, no CAS-on-WQE.
 * ``ideal``: every capability, including native conditional WRs and strided keys, with
   little-endian WQE fields (the draft's ADDR_LE).
+* ``ideal-be``: what the draft's formats need of a NIC *without* ADDR_LE: big-endian WQE
+  fields and atomics (as on cx5), plus native conditional WRs and strided keys, with
+  cx5's WAIT/ENABLE and masked atomics (see docs/nic-model.md);
 * ``cx3-40g-ib`` and ``cx5-100g-roce``: calibration profiles for the published figures in
   ``shared/calibration/published.md`` (see docs/nic-model.md for each value's source).
 """
@@ -82,8 +85,18 @@ IDEAL = CX5_100G_ROCE.replace(
     strided_keys=True,
 )
 
+IDEAL_BE = CX5_100G_ROCE.replace(
+    name="ideal-be",
+    wqe_field_byte_order="big",
+    atomic_byte_order="big",
+    wait_enable=True,
+    masked_atomics=True,
+    native_conditional=True,
+    strided_keys=True,
+)
+
 PROFILES: dict[str, NicProfile] = {
-    p.name: p for p in (CX5, IRDMA, IDEAL, CX3_40G_IB, CX5_100G_ROCE)
+    p.name: p for p in (CX5, IRDMA, IDEAL, IDEAL_BE, CX3_40G_IB, CX5_100G_ROCE)
 }
 
 

@@ -94,10 +94,19 @@ class ProtectionTable:
         self._regions: dict[int, MemoryRegion] = {}
         self._next_index = 1
 
-    def _new_stag(self) -> int:
-        stag = (self._next_index << 8) | _KEY_BYTE
-        self._next_index += 1
-        return stag
+    def _new_stag(self, stag: int | None = None) -> int:
+        """The next free STag, or ``stag`` if it is given, valid and unused."""
+        if stag is not None:
+            if not 0 < stag < 1 << 32 or stag == INVALID_STAG:
+                raise ProtectionError(f"STag {stag:#x} is not a valid 32-bit STag")
+            if stag in self._regions:
+                raise ProtectionError(f"STag {stag:#x} is in use")
+            return stag
+        while True:
+            new = (self._next_index << 8) | _KEY_BYTE
+            self._next_index += 1
+            if new not in self._regions:
+                return new
 
     def register(
         self,
@@ -107,6 +116,7 @@ class ProtectionTable:
         *,
         base_to: int | None = None,
         in_nic_memory: bool = False,
+        stag: int | None = None,
     ) -> MemoryRegion:
         """Register ``[addr, addr + length)``; the TO base defaults to ``addr``."""
         if length <= 0:
@@ -120,7 +130,7 @@ class ProtectionTable:
         ):
             raise ProtectionError("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (IB rule)")
         region = MemoryRegion(
-            self._new_stag(), addr, length, Access(access),
+            self._new_stag(stag), addr, length, Access(access),
             addr if base_to is None else base_to, in_nic_memory=in_nic_memory,
         )
         self._regions[region.stag] = region
@@ -143,9 +153,11 @@ class ProtectionTable:
         return region
 
     def bind_window(
-        self, parent: MemoryRegion, qpn: int, addr: int, length: int, access: Access
+        self, parent: MemoryRegion, qpn: int, addr: int, length: int, access: Access,
+        *, base_to: int | None = None, stag: int | None = None,
     ) -> MemoryRegion:
-        """Bind a new type-2 memory window over part of ``parent`` to QP ``qpn``."""
+        """Bind a new type-2 memory window over part of ``parent`` to QP ``qpn``; its
+        Tagged Offsets start at ``base_to`` (default ``addr``)."""
         if parent.stag not in self._regions or parent.is_window or parent.stride:
             raise ProtectionError("a window binds over a registered, non-strided region")
         if not parent.access & Access.MW_BIND:
@@ -158,7 +170,8 @@ class ProtectionTable:
             parent.access & Access.LOCAL_WRITE
         ):
             raise ProtectionError("remote write/atomic windows need LOCAL_WRITE on the parent")
-        window = MemoryRegion(self._new_stag(), addr, length, Access(access), addr, qpn=qpn)
+        window = MemoryRegion(self._new_stag(stag), addr, length, Access(access),
+                              addr if base_to is None else base_to, qpn=qpn)
         self._regions[window.stag] = window
         return window
 

@@ -199,6 +199,10 @@ class Target(Validation, DirectAccess):
         self.held_blocks: dict[int, str] = {}
         #: exceptions that escaped an operation and were answered with INTERNAL
         self.internal_errors: list[Exception] = []
+        #: chain hooks: allocations a NIC chain served, and ones it handed over after
+        #: taking a ticket whose slot was not ready
+        self.chain_allocations = 0
+        self.slot_not_ready = 0
 
     def _new_ring(self, index: int, blocks: range) -> FreeRing:
         """The ring ``index`` of the layout (0: shared, then DIRECT_ALLOC partitions)."""
@@ -366,6 +370,95 @@ class Target(Validation, DirectAccess):
             if block_offset in ring.blocks:
                 return ring
         return self.shared_ring
+
+    # ================================================================ chain hooks
+    # Additive entry points for a target whose NIC runs ALLOC_STORE in pre-posted chains
+    # (kbtpsim.chains): the chain does the draft's steps in memory (FetchAdd on Head, slot
+    # Read, consume, data, table entry); these keep the Python bookkeeping in step.
+
+    def note_chain_alloc(self, connection_id: int, data: bytes, ticket: int,
+                         now: int) -> list[Effect]:
+        """A NIC chain served the ALLOC_STORE ``data`` of this connection with ``ticket``:
+        it took the ticket (FetchAdd on Head), consumed the ticket's slot, wrote the block
+        and bound the handle, all in memory. Record the binding (quota usage) and the
+        completion's counter, and perform a free deferred on that slot, as consuming it in
+        software would (its FREE completes now). Returns the effects (such completions)."""
+        conn = self._conn(connection_id)
+        sess = conn.initiator
+        if sess is None:
+            raise ValueError(f"connection {connection_id} has no session")
+        msg = decode(data, conn.addr_le)
+        if not isinstance(msg, AllocStore):
+            raise ValueError("note_chain_alloc: not an ALLOC_STORE")
+        ring = sess.direct.ring if sess.direct is not None else self.shared_ring
+        out: list[Effect] = []
+        self._consumed_elsewhere(ring, ring.slot_offset_of(ticket))
+        sess.bound.add(msg.handle)
+        self.counters.bump("ALLOC_STORE", Status.OK.name)
+        self.chain_allocations += 1
+        self._pump(now, out)
+        return out
+
+    def finish_allocation(self, connection_id: int, data: bytes, ticket: int,
+                          now: int) -> list[Effect]:
+        """A NIC chain took ``ticket`` for the ALLOC_STORE ``data`` (FetchAdd on Head) but
+        found the slot not ready (Sequence != ticket: a free still writing it) and handed
+        the request over. Finish the allocation of *that* ticket in software: wait for the
+        slot if need be, consume it, write the data, bind, complete, exactly as
+        :meth:`handle` would after its own FetchAdd. The request must pass validation (the
+        chain checked it); a failure here is a chain/target disagreement and raises."""
+        conn = self._conn(connection_id)
+        sess = conn.initiator
+        if sess is None or conn.state is not ConnState.ESTABLISHED:
+            raise ValueError(f"connection {connection_id} has no session")
+        msg = decode(data, conn.addr_le)
+        if not isinstance(msg, AllocStore):
+            raise ValueError("finish_allocation: not an ALLOC_STORE")
+        self._check_alloc_store(sess, msg)  # raises KbtpError: the chain should not have run
+        ring = sess.direct.ring if sess.direct is not None else self.shared_ring
+        if not 0 <= ticket <= 0xFFFFFFFF:
+            raise ValueError(f"bad ticket {ticket}")
+        self.slot_not_ready += 1
+        sess.tickets += 1
+        alloc = _Alloc(connection_id, sess, msg, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
+        out: list[Effect] = []
+        block = ring.ready(alloc.ticket)
+        if block is None or conn.busy:
+            self._waiters.append(alloc)
+            conn.busy = True
+        elif self._got_block(alloc, block, out):
+            conn.busy = True
+        self._pump(now, out)
+        return out
+
+    def poll_waiting(self, now: int) -> list[Effect]:
+        """Re-read the slots of allocations waiting for them (slot not ready: a free still
+        writing it) and go on with those that are now ready; a CPU that finishes chain
+        hand-overs calls this while :attr:`waiting_allocations` is non-zero."""
+        out: list[Effect] = []
+        self._pump(now, out)
+        return out
+
+    @property
+    def waiting_allocations(self) -> int:
+        """Allocations holding a ticket whose slot they have not read successfully yet."""
+        return sum(1 for a in self._waiters if a.msg is not None and not a.held)
+
+    def _consumed_elsewhere(self, ring: FreeRing, slot_offset: int) -> None:
+        """A slot was consumed in memory by someone else (a chain): perform the free
+        deferred on it, if any, as :meth:`FreeRing.consume` does after its own write."""
+        index = slot_offset // 16
+        waiting = ring._deferred.get(index)
+        if not waiting:
+            return
+        next_ticket, block = waiting.popleft()
+        if not waiting:
+            del ring._deferred[index]
+        ring._put(index, next_ticket, block)  # Block Offset first, then Sequence
+        pending = self._frees.pop((ring.name, next_ticket))
+        pending.sess.freeing -= 1
+        if pending.msg is not None and pending.conn_id is not None:
+            self._done_frees.append(pending)
 
     # ================================================================ dispatch
 

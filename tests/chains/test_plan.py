@@ -10,7 +10,8 @@ from kbtpsim.chains.measure import measure
 from kbtpsim.chains.plan import decide
 from kbtpsim.nic import PROFILES
 
-OFFLOADED = {("ideal", True, v) for v in ("load", "store_inline", "store_read")}
+OFFLOADED = {("ideal", True, v) for v in ("load", "store_inline", "store_read")} | {
+    ("ideal-be", False, v) for v in VARIANTS}
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
