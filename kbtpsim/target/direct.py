@@ -33,6 +33,7 @@ class DirectAccess:
     config: TargetConfig
     table: BlockTable
     pool: Pool
+    initiators: dict[str, InitiatorState]
 
     def _conn(self, connection_id: int) -> Connection:
         raise NotImplementedError
@@ -47,11 +48,28 @@ class DirectAccess:
             raise RemoteAccessError(f"FetchAdd outside the Head (STag 0x{stag:x})")
         old = direct.ring.head
         got = direct.ring.take_ticket()
-        direct.outstanding[got.ticket] = now
+        self._ticket_taken(sess, got.ticket, now)
+        return old
+
+    def ticket_taken(self, initiator: str, ticket: int, now: int) -> None:
+        """A DIRECT_ALLOC FetchAdd that the target's NIC performed on the initiator's Head
+        in memory (a memory-backed target: the Head has already advanced). Record
+        ``ticket`` as outstanding since ``now``, which starts its Ticket Timeout, and
+        count it in the initiator's usage: what :meth:`remote_fetch_add` does after its
+        own FetchAdd. A ticket noticed after its session ended stays outstanding until
+        its timeout reclaims it."""
+        sess = self.initiators.get(initiator)
+        if sess is None or sess.direct is None:
+            raise ValueError(f"{initiator!r} has no DIRECT_ALLOC ring")
+        self._ticket_taken(sess, ticket, now)
+
+    def _ticket_taken(self, sess: InitiatorState, ticket: int, now: int) -> None:
+        direct = sess.direct
+        assert direct is not None
+        direct.outstanding[ticket] = now
         sess.tickets += 1
         if sess.usage > sess.config.quota:
             sess.overdrawn = True
-        return old
 
     def remote_read(self, connection_id: int, stag: int, tagged_offset: int,
                     length: int) -> bytes:

@@ -1,0 +1,134 @@
+"""A target host CPU: ``cores`` cores, per-operation processing costs, busy-time accounting.
+
+The software target runs each received request on one core (a FIFO ``simpy.Resource``):
+it notices the receive completion (polling delay), processes the request (a cost per
+opcode), and posts the resulting work requests (the NIC profile's ``cpu_post_ns`` per WR,
+``cpu_doorbell_ns`` per doorbell). Every nanosecond a core spends is charged to an
+*account*, normally the KBTP opcode name of the request it serves, so "target CPU time per
+operation" is ``busy_ns(op) / count(op)``.
+
+The per-opcode costs are **estimates** (no published figure for a KBTP target exists):
+a table lookup and validation is a few hundred nanoseconds of software on a server core;
+an allocation adds a ring access; HELLO builds a session. Override them with
+:class:`CpuCosts` (``CpuCosts(per_op_ns={"LOAD": 500})``, unknown names are rejected).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import simpy
+
+from kbtpsim.nic.profile import NicProfile
+
+PS_PER_NS = 1000
+
+#: Default processing cost per KBTP opcode, in ns (estimates; see the module docstring).
+DEFAULT_OP_NS: Mapping[str, float] = MappingProxyType({
+    "HELLO": 2000.0,
+    "GOODBYE": 1000.0,
+    "LOAD": 300.0,
+    "STORE": 400.0,
+    "ALLOC_STORE": 600.0,
+    "FREE": 500.0,
+    "BIND": 500.0,
+    "READ_DONE": 200.0,  #: handling the RDMA Read completion of a non-inline store
+    "TIMER": 300.0,  #: one call of Target.advance (ticket timeouts, retention)
+    "DIRECT": 300.0,  #: noticing a one-sided DIRECT_ALLOC FetchAdd on a Head counter
+    "DISCONNECT": 1000.0,  #: a connection failed or closed
+    "OTHER": 300.0,  #: anything else (unknown or malformed messages)
+})
+
+
+@dataclass(frozen=True, slots=True)
+class CpuCosts:
+    """CPU costs in ns. ``per_op_ns`` overrides entries of :data:`DEFAULT_OP_NS`;
+    ``post_ns``/``doorbell_ns``/``poll_ns`` default to the NIC profile's ``cpu_post_ns``,
+    ``cpu_doorbell_ns`` and ``cpu_poll_ns``."""
+
+    per_op_ns: Mapping[str, float] = field(default_factory=dict)
+    post_ns: float | None = None
+    doorbell_ns: float | None = None
+    poll_ns: float | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.per_op_ns) - set(DEFAULT_OP_NS)
+        if unknown:
+            raise ValueError(f"CpuCosts.per_op_ns: unknown operations {sorted(unknown)}")
+        for name, value in [*self.per_op_ns.items(), ("post_ns", self.post_ns),
+                            ("doorbell_ns", self.doorbell_ns), ("poll_ns", self.poll_ns)]:
+            if value is not None and value < 0:
+                raise ValueError(f"CpuCosts.{name}: must be >= 0, got {value!r}")
+        merged = dict(DEFAULT_OP_NS)
+        merged.update(self.per_op_ns)
+        object.__setattr__(self, "per_op_ns", MappingProxyType(merged))
+
+    def op_ps(self, op: str) -> int:
+        """Processing cost of ``op`` (an opcode name; unknown names cost ``OTHER``)."""
+        ns = self.per_op_ns.get(op, self.per_op_ns["OTHER"])
+        return round(ns * PS_PER_NS)
+
+
+class TargetCpu:
+    """``cores`` cores shared by everything the target host does, with accounting."""
+
+    def __init__(self, env: simpy.Environment, profile: NicProfile, cores: int = 1,
+                 costs: CpuCosts | None = None) -> None:
+        if cores <= 0:
+            raise ValueError(f"cores must be positive, got {cores!r}")
+        self.env = env
+        self.cores = cores
+        self.costs = costs = costs or CpuCosts()
+        self.resource = simpy.Resource(env, capacity=cores)
+        self.post_ps = round((profile.cpu_post_ns if costs.post_ns is None
+                              else costs.post_ns) * PS_PER_NS)
+        self.doorbell_ps = round((profile.cpu_doorbell_ns if costs.doorbell_ns is None
+                                  else costs.doorbell_ns) * PS_PER_NS)
+        self.poll_ps = round((profile.cpu_poll_ns if costs.poll_ns is None
+                              else costs.poll_ns) * PS_PER_NS)
+        self._busy: dict[str, int] = {}
+        self._count: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ use
+    def request(self) -> simpy.resources.resource.Request:
+        """A core (``with cpu.request() as core: yield core``)."""
+        return self.resource.request()
+
+    def spend(self, account: str, ps: int) -> Generator[simpy.Event, Any, None]:
+        """Process helper: keep the held core busy for ``ps`` and charge ``account``."""
+        if ps > 0:
+            self._busy[account] = self._busy.get(account, 0) + ps
+            yield self.env.timeout(ps)
+
+    def count(self, account: str, n: int = 1) -> None:
+        """Count ``n`` operations of ``account`` (the denominator of :meth:`per_op_ns`)."""
+        self._count[account] = self._count.get(account, 0) + n
+
+    # ------------------------------------------------------------------ report
+    def busy_ns(self, account: str | None = None) -> float:
+        """Core time charged to ``account`` (all accounts if None), in ns."""
+        if account is None:
+            return sum(self._busy.values()) / PS_PER_NS
+        return self._busy.get(account, 0) / PS_PER_NS
+
+    def ops(self, account: str) -> int:
+        return self._count.get(account, 0)
+
+    def per_op_ns(self, account: str) -> float:
+        """Mean core time per counted operation of ``account`` (0 if none)."""
+        n = self._count.get(account, 0)
+        return self._busy.get(account, 0) / PS_PER_NS / n if n else 0.0
+
+    def report(self) -> dict[str, dict[str, float]]:
+        """``{account: {"ops", "busy_ns", "per_op_ns"}}`` for every account used."""
+        names = sorted(set(self._busy) | set(self._count))
+        return {name: {"ops": float(self.ops(name)), "busy_ns": self.busy_ns(name),
+                       "per_op_ns": self.per_op_ns(name)} for name in names}
+
+    def utilisation(self) -> float:
+        """Fraction of core time busy since time 0."""
+        now = self.env.now
+        return sum(self._busy.values()) / (now * self.cores) if now else 0.0

@@ -1,0 +1,530 @@
+"""A KBTP initiator: a host and its NIC speaking KBTP to a target over one RC connection.
+
+Every request method (:meth:`Initiator.load`, :meth:`~Initiator.store`, ...) returns a
+simpy process whose value is an :class:`OpResult`: the decoded COMPLETION, the loaded
+bytes, and the request's latency (post to completion). Run it from another process
+(``result = yield ini.load(h)``) or drive the simulation until it is done.
+
+Protocol behaviour (draft, "Session Establishment", "Operations", "Security
+Considerations"):
+
+* HELLO carries a 128-bit Initiator ID drawn from a seeded RNG, the Requested Features,
+  and Completion Credits = the receive buffers posted for COMPLETION messages; each
+  completion's buffer is re-posted once it has been read.
+* At most Request Credits requests are outstanding (a ``simpy.Resource`` of that size).
+* Each request's buffer is exposed through a **memory window** bound to the connection
+  QP and valid for that request only; INVALIDATE is requested by default, so the target's
+  Send with Invalidate revokes it (``OpResult.stag_revoked``). Without it the initiator
+  invalidates the window itself when the request completes.
+* Non-inline stores expose the source buffer for the target's RDMA Read.
+* DIRECT_LOAD and DIRECT_ALLOC run one-sided on the same QP; an access the target's NIC
+  refuses completes with an error status, breaks the connection as hardware does, and is
+  raised as :class:`RdmaError`. Requests outstanding on a broken connection raise
+  :class:`ConnectionLost`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Generator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kbtpsim.nic import (
+    Access,
+    Cqe,
+    Link,
+    Nic,
+    NicProfile,
+    Opcode,
+    QueuePair,
+    Sge,
+    Simulation,
+    WcOpcode,
+    WcStatus,
+    WorkRequest,
+    WqeFlags,
+)
+from kbtpsim.nic.qpstate import QpState
+from kbtpsim.system.direct import DirectModes
+from kbtpsim.system.results import ConnectionLost, HelloRejected, OpResult, RdmaError
+from kbtpsim.system.staging import Staging
+from kbtpsim.target.config import CounterMode
+from kbtpsim.wire import (
+    COMPLETION_RECORD_SIZE,
+    AllocStore,
+    Bind,
+    Completion,
+    CompletionDescriptor,
+    CompletionRecord,
+    DataDescriptor,
+    Feature,
+    Free,
+    Goodbye,
+    GoodbyeFlag,
+    Hello,
+    HelloAck,
+    Load,
+    Message,
+    RequestFlag,
+    Status,
+    Store,
+    decode,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from kbtpsim.system.server import ServerConnection, SoftwareTargetServer
+
+Gen = Generator[simpy.Event, Any, Any]
+RECV_SIZE = 256  #: a COMPLETION is 40 octets, the largest HELLO_ACK 152
+NO_FEATURES = Feature(0)
+NO_ACCESS = Access(0)
+
+
+
+class Initiator(DirectModes):
+    """A KBTP initiator host with NIC ``name`` on ``sim``.
+
+    ``seed`` seeds the Initiator ID (unless ``initiator_id`` is given);
+    ``completion_credits`` receive buffers are posted for completions;
+    ``buffer_bytes`` bounds the data buffers outstanding at once.
+    """
+
+    def __init__(self, sim: Simulation, name: str, *, profile: str | NicProfile = "cx5",
+                 seed: int = 0, initiator_id: bytes | None = None,
+                 requested_features: Feature = NO_FEATURES, completion_credits: int = 64,
+                 buffer_bytes: int = 256 << 20,
+                 counter_mode: CounterMode = CounterMode.MASKED) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.name = name
+        self.nic: Nic = sim.add_nic(name, profile)
+        prof = self.nic.profile
+        self.initiator_id = initiator_id or self.random_id(seed, name)
+        self.requested_features = Feature(requested_features)
+        self.completion_credits = completion_credits
+        #: how the target's ring counters advance (draft, "Free-Block Ring" and
+        #: "InfiniBand"): not in HELLO_ACK, so known out of band like the binding
+        self.counter_mode = CounterMode(counter_mode)
+        self.cq = self.nic.create_cq(1 << 16)
+        self.buffers = Staging(self.nic, buffer_bytes, Access.LOCAL_WRITE | Access.MW_BIND)
+        self.post_ps = round((prof.cpu_post_ns + prof.cpu_doorbell_ns) * 1000)
+        self.qp: QueuePair | None = None
+        self.conn: ServerConnection | None = None
+        self.server: SoftwareTargetServer | None = None
+        self.ack: HelloAck | None = None
+        self.addr_le = False
+        self.broken: str | None = None
+        self._credits: simpy.Resource | None = None
+        self._request_ids = itertools.count(1)
+        self._wr_ids = itertools.count(1)
+        self._pending: dict[int, simpy.Event] = {}  # request id -> completion event
+        #: immediate (low 32 bits of the Request ID) -> (Request ID, record slot, handle)
+        self._records: dict[int, tuple[int, int, int]] = {}
+        self._hello: simpy.Event | None = None
+        self._wrs: dict[int, simpy.Event | _Chain | None] = {}  # wr id -> waiter (one-sided ops)
+        self._recv_bufs: dict[int, int] = {}  # wr id -> buffer address
+        self.outstanding = 0
+        self.max_outstanding = 0
+        #: handles this initiator bound (as far as it knows), and DIRECT_ALLOC tickets
+        #: taken and not yet bound: its usage of the Allocation Quota
+        self.bound: set[int] = set()
+        self.tickets = 0
+        #: every finished operation, in completion order (for metrics)
+        self.results: list[OpResult] = []
+        #: every message received (HELLO_ACK, COMPLETION), in arrival order
+        self.received: list[bytes] = []
+        self.env.process(self._poller())
+
+    @staticmethod
+    def random_id(seed: int, name: str) -> bytes:
+        """The Initiator ID an initiator named ``name`` draws with ``seed``: 128 bits
+        from a seeded RNG (secret and stable; put it in the target's configuration)."""
+        return random.Random(f"kbtp-initiator:{seed}:{name}").getrandbits(128).to_bytes(
+            16, "big")
+
+    # ================================================================ session
+    def connect(self, server: SoftwareTargetServer, link: Link | None = None) -> simpy.Process:
+        """Process: open an RC connection to ``server`` and establish the session
+        (HELLO / HELLO_ACK). Its value is the :class:`HelloAck`; raises
+        :class:`HelloRejected` if the target refuses."""
+        if self.qp is not None and self.qp.state is not QpState.ERROR:
+            raise RuntimeError(f"{self.name} is already connected")
+        depth = self.completion_credits + 2
+        self.qp = self.nic.create_qp(self.cq, self.cq, sq_depth=1024, rq_depth=depth)
+        self.server = server
+        self.conn = server.accept(self.qp, link, name=self.name)
+        self.broken = None
+        for _ in range(self.completion_credits):
+            self._post_recv(self.buffers.alloc(RECV_SIZE))
+        return self.env.process(self._hello_process())
+
+    def hello(self) -> simpy.Process:
+        """Process: a new HELLO on the existing connection (after GOODBYE)."""
+        return self.env.process(self._hello_process())
+
+    def _hello_process(self) -> Gen:
+        self.addr_le = False
+        msg = Hello(requested_features=self.requested_features,
+                    completion_credits=self.completion_credits,
+                    initiator_id=self.initiator_id)
+        self._hello = self.env.event()
+        yield from self._send(encode(msg))
+        ack: HelloAck = yield self._hello
+        if ack.status != Status.OK:
+            raise HelloRejected(ack.status)
+        self.ack = ack
+        self.addr_le = bool(ack.features & Feature.ADDR_LE)
+        self._credits = simpy.Resource(self.env, capacity=ack.request_credits)
+        return ack
+
+    def goodbye(self, release: bool = False) -> simpy.Process:
+        """Process: send GOODBYE (RELEASE frees every handle). The target sends no
+        completion; the value is an :class:`OpResult` with ``completion`` None, done when
+        the Send is acknowledged."""
+        return self.env.process(self._goodbye(release))
+
+    def _goodbye(self, release: bool) -> Gen:
+        if release:
+            self.bound.clear()
+        posted = int(self.env.now)
+        msg = Goodbye(flags=GoodbyeFlag.RELEASE if release else 0)
+        done = self.env.event()
+        yield from self._send(encode(msg, self.addr_le), waiter=done)
+        cqe: Cqe = yield done
+        self._check(cqe, "GOODBYE")
+        self.ack = None
+        result = OpResult("GOODBYE", 0, None, posted, int(self.env.now))
+        self.results.append(result)
+        return result
+
+    def close(self) -> None:
+        """Tear the connection down (a CM disconnect); the target retains bindings."""
+        if self.qp is not None and self.qp.state is not QpState.ERROR:
+            self.qp.to_error()
+        if self.server is not None and self.conn is not None:
+            self.server.close(self.conn)
+        self._break("closed")
+
+    # ================================================================ requests
+    def load(self, handle: int, generation: int = 0, *, length: int | None = None,
+             invalidate: bool = True, allow_unsealed: bool = False,
+             record: bool = False) -> simpy.Process:
+        """Process: LOAD ``handle`` into a fresh buffer of ``length`` octets (default
+        the Block Size) exposed through a window for this request. ``record`` (needs
+        RECORD_COMPLETION, InfiniBand binding) asks for a completion record written with
+        RDMA Write with Immediate instead of a COMPLETION message."""
+        return self.env.process(self._load(handle, generation, length, invalidate,
+                                           allow_unsealed, record))
+
+    def _load(self, handle: int, generation: int, length: int | None, invalidate: bool,
+              allow_unsealed: bool, record: bool) -> Gen:
+        ack = self._session()
+        length = ack.block_size if length is None else length
+        flags = (RequestFlag.INVALIDATE if invalidate else 0) | (
+            RequestFlag.ALLOW_UNSEALED if allow_unsealed else 0)
+
+        def build(rid: int, dd: DataDescriptor) -> Message:
+            return Load(flags=flags, request_id=rid, handle=handle, generation=generation,
+                        data_descriptor=dd)
+
+        return (yield from self._rpc("LOAD", handle, build, length=length,
+                                     access=Access.REMOTE_WRITE, record=record))
+
+    def store(self, handle: int, data: bytes, generation: int = 0, *,
+              inline: bool | None = None, seal: bool = False, invalidate: bool = True,
+              record: bool = False) -> simpy.Process:
+        """Process: STORE ``data`` to bound ``handle``. ``inline`` (default: when it fits
+        the target's Max Inline) sends the data in the request; otherwise the target
+        RDMA-reads it through a window for this request."""
+        return self.env.process(self._store(Store, handle, data, generation, inline, seal,
+                                            invalidate, record))
+
+    def alloc_store(self, handle: int, data: bytes, *, inline: bool | None = None,
+                    seal: bool = False, invalidate: bool = True,
+                    record: bool = False) -> simpy.Process:
+        """Process: ALLOC_STORE (Block Unmapped Store) of ``data`` to unbound ``handle``."""
+        return self.env.process(self._store(AllocStore, handle, data, 0, inline, seal,
+                                            invalidate, record))
+
+    def _store(self, cls: type[Store] | type[AllocStore], handle: int, data: bytes,
+               generation: int, inline: bool | None, seal: bool, invalidate: bool,
+               record: bool) -> Gen:
+        ack = self._session()
+        if inline is None:
+            inline = len(data) <= ack.max_inline
+        flags = RequestFlag.SEAL if seal else RequestFlag(0)
+        op = cls.OPCODE.name
+        if inline:
+            def build_inline(rid: int, dd: DataDescriptor) -> Message:
+                return cls(flags=flags | RequestFlag.INLINE, request_id=rid, handle=handle,
+                           generation=generation, data_descriptor=DataDescriptor(0, 0,
+                                                                                 len(data)),
+                           inline_data=data)
+
+            return (yield from self._rpc(op, handle, build_inline, record=record))
+        if invalidate:
+            flags |= RequestFlag.INVALIDATE
+
+        def build(rid: int, dd: DataDescriptor) -> Message:
+            return cls(flags=flags, request_id=rid, handle=handle, generation=generation,
+                       data_descriptor=dd)
+
+        return (yield from self._rpc(op, handle, build, length=len(data),
+                                     access=Access.REMOTE_READ, source=data, record=record))
+
+    def free(self, handle: int, generation: int = 0, *, record: bool = False) -> simpy.Process:
+        """Process: FREE ``handle``."""
+        def build(rid: int, dd: DataDescriptor) -> Message:
+            return Free(request_id=rid, handle=handle, generation=generation)
+
+        return self.env.process(self._rpc_checked("FREE", handle, build, record))
+
+    def bind(self, handle: int, ticket: int, data_length: int,
+             block_offset: int) -> simpy.Process:
+        """Process: BIND a DIRECT_ALLOC ticket's block to ``handle``."""
+        def build(rid: int, dd: DataDescriptor) -> Message:
+            return Bind(request_id=rid, handle=handle, ticket=ticket & 0xFFFF_FFFF,
+                        data_length=data_length, block_offset=block_offset)
+
+        return self.env.process(self._rpc_checked("BIND", handle, build))
+
+    def send_raw(self, data: bytes) -> simpy.Process:
+        """Process: send arbitrary octets as a request (tests of malformed input); the
+        value is the COMPLETION whose Request ID equals the header's (octets 4..11)."""
+        return self.env.process(self._raw(data))
+
+    def _raw(self, data: bytes) -> Gen:
+        self._session()
+        rid = int.from_bytes(data[4:12], "big")
+        ev = self._pending[rid] = self.env.event()
+        posted = int(self.env.now)
+        yield from self._send(data)
+        completion, _ = yield ev
+        return OpResult("RAW", 0, completion, posted, int(self.env.now))
+
+    # --- the request/completion exchange ----------------------------------------------
+    def _rpc_checked(self, op: str, handle: int,
+                     build: Callable[[int, DataDescriptor], Message],
+                     record: bool = False) -> Gen:
+        self._session()
+        return (yield from self._rpc(op, handle, build, record=record))
+
+    def _rpc(self, op: str, handle: int, build: Callable[[int, DataDescriptor], Message], *,
+             length: int = 0, access: Access = NO_ACCESS, source: bytes | None = None,
+             direct: bool = False, attempts: int = 1, ticket: int | None = None,
+             record: bool = False) -> Gen:
+        """Take a request credit, expose a buffer (if ``length``), send the request and
+        wait for its COMPLETION (or, with ``record``, its completion record)."""
+        assert self._credits is not None
+        with self._credits.request() as credit:
+            yield credit
+            self._up()
+            self.outstanding += 1
+            self.max_outstanding = max(self.max_outstanding, self.outstanding)
+            posted = int(self.env.now)
+            rid = next(self._request_ids)
+            buf = window = None
+            dd = DataDescriptor()
+            if length:
+                buf = self.buffers.alloc(length)
+                if source is not None:
+                    self.nic.host.memory.write(buf, source)
+                assert self.qp is not None
+                window = self.nic.bind_mw(self.buffers.mr, self.qp, buf, length, access)
+                dd = DataDescriptor(window.stag, buf, length)
+            msg = build(rid, dd)
+            slot = slot_window = None
+            if record:  # a 24-octet record slot, writable for this request only
+                assert self.qp is not None
+                slot = self.buffers.alloc(COMPLETION_RECORD_SIZE)
+                slot_window = self.nic.bind_mw(self.buffers.mr, self.qp, slot,
+                                               COMPLETION_RECORD_SIZE, Access.REMOTE_WRITE)
+                msg = replace(msg, flags=msg.flags | RequestFlag.RECORD,  # type: ignore[call-arg]
+                              completion_descriptor=CompletionDescriptor(slot_window.stag,
+                                                                         slot))
+                self._records[rid & 0xFFFF_FFFF] = (rid, slot, handle)
+            ev = self._pending[rid] = self.env.event()
+            done = False
+            try:
+                yield from self._send(encode(msg, self.addr_le))
+                completion, invalidated = yield ev
+                done = True
+            finally:
+                self.outstanding -= 1
+                self._pending.pop(rid, None)
+                if not done and window is not None and buf is not None:
+                    self.nic.invalidate(window.stag)  # the connection is gone
+                    self.buffers.free(buf)
+                if slot is not None and slot_window is not None:
+                    self._records.pop(rid & 0xFFFF_FFFF, None)
+                    self.nic.invalidate(slot_window.stag)
+                    self.buffers.free(slot)
+            data = None
+            revoked = None
+            if window is not None and buf is not None:
+                revoked = invalidated == window.stag and self.nic.pt.get(window.stag) is None
+                self.nic.invalidate(window.stag)  # no-op if the target revoked it
+                if op == "LOAD" and completion.status == Status.OK:
+                    data = self.nic.host.memory.read(buf, completion.data_length)
+                self.buffers.free(buf)
+        result = OpResult(op, handle, completion, posted, int(self.env.now), data,
+                          None if window is None else window.stag, revoked, direct, attempts,
+                          ticket)
+        if completion.status == Status.OK:
+            if op in ("ALLOC_STORE", "BIND"):
+                self.bound.add(handle)
+            elif op == "FREE":
+                self.bound.discard(handle)
+        self.results.append(result)
+        return result
+
+    # ================================================================ direct modes
+    # ================================================================ plumbing
+    def _session(self) -> HelloAck:
+        self._up()
+        if self.ack is None:
+            raise RuntimeError(f"{self.name} has no session (connect first)")
+        return self.ack
+
+    def _up(self) -> None:
+        if self.broken is not None:
+            raise ConnectionLost(f"{self.name}: connection {self.broken}")
+
+    def _check(self, cqe: Cqe | None, what: str) -> None:
+        if cqe is None:
+            raise ConnectionLost(f"{self.name}: connection {self.broken}")
+        if cqe.status is not WcStatus.SUCCESS:
+            raise RdmaError(what, cqe.status)
+
+    def _send(self, data: bytes, waiter: simpy.Event | None = None) -> Gen:
+        """Post ``data`` as a Send (inline when it fits the NIC's inline limit)."""
+        self._up()
+        assert self.qp is not None
+        wr_id = next(self._wr_ids)
+        self._wrs[wr_id] = waiter
+        yield self.env.timeout(self.post_ps)
+        if len(data) <= self.nic.profile.max_inline:
+            wr = WorkRequest(Opcode.SEND, flags=WqeFlags.SIGNALED, inline_data=data,
+                             wr_id=wr_id)
+        else:
+            addr = self.buffers.put(data)
+            wr = WorkRequest(Opcode.SEND, (Sge(addr, len(data), self.buffers.lkey),),
+                             WqeFlags.SIGNALED, wr_id=wr_id)
+            done = self.env.event()
+            done.callbacks.append(_freer(self.buffers, addr))
+            self._wrs[wr_id] = _Chain(done, waiter)
+        self.qp.post_send(wr)
+        self.qp.ring_doorbell()
+
+    def _post_recv(self, addr: int) -> None:
+        assert self.qp is not None
+        wr_id = next(self._wr_ids)
+        self._recv_bufs[wr_id] = addr
+        self.qp.post_recv([Sge(addr, RECV_SIZE, self.buffers.lkey)], wr_id)
+
+    def _poller(self) -> Gen:
+        cq = self.cq
+        while True:
+            cqes = cq.poll(64)
+            if not cqes:
+                cqes = yield from cq.wait(1)
+            for cqe in cqes:
+                self._dispatch(cqe)
+
+    def _dispatch(self, cqe: Cqe) -> None:
+        current = self.qp is not None and cqe.qpn == self.qp.qpn
+        if cqe.wr_id in self._recv_bufs:
+            addr = self._recv_bufs.pop(cqe.wr_id)
+            if cqe.status is not WcStatus.SUCCESS or not current:
+                self.buffers.free(addr)  # flushed (or of an earlier connection)
+                if current:
+                    self._break(cqe.status.name)
+                return
+            if cqe.opcode is WcOpcode.RECV_RDMA_WITH_IMM:  # a completion record
+                self._post_recv(addr)
+                self._on_record(cqe)
+                return
+            raw = self.nic.host.memory.read(addr, cqe.byte_len)
+            self.received.append(raw)
+            self._post_recv(addr)  # give the completion credit back
+            self._on_message(raw, cqe)
+            return
+        waiter = self._wrs.pop(cqe.wr_id, None)
+        if isinstance(waiter, _Chain):
+            waiter.done.succeed(cqe)
+            waiter = waiter.waiter
+        if waiter is not None and not waiter.triggered:
+            waiter.succeed(cqe)
+        if cqe.status is not WcStatus.SUCCESS and current:
+            self._break(cqe.status.name)
+
+    def _on_message(self, raw: bytes, cqe: Cqe) -> None:
+        addr_le = self.addr_le if self._hello is None or self._hello.triggered else False
+        msg = decode(raw, addr_le)
+        if isinstance(msg, HelloAck):
+            if self._hello is not None and not self._hello.triggered:
+                self._hello.succeed(msg)
+            return
+        if isinstance(msg, Completion):
+            ev = self._pending.pop(msg.request_id, None)
+            if ev is not None and not ev.triggered:
+                ev.succeed((msg, cqe.invalidated_stag))
+
+    def _on_record(self, cqe: Cqe) -> None:
+        """A completion record arrived (RDMA Write with Immediate = its Request ID)."""
+        got = self._records.pop((cqe.imm or 0) & 0xFFFF_FFFF, None)
+        if got is None:
+            return
+        rid, slot, handle = got
+        raw = self.nic.host.memory.read(slot, COMPLETION_RECORD_SIZE)
+        rec = CompletionRecord.decode(raw, self.addr_le)
+        completion = Completion(request_id=rec.request_id, handle=handle,
+                                generation=rec.generation, status=rec.status,
+                                data_length=rec.data_length, block_offset=rec.block_offset)
+        ev = self._pending.pop(rid, None)
+        if ev is not None and not ev.triggered:
+            ev.succeed((completion, None))
+
+    def _break(self, why: str) -> None:
+        """The connection is unusable: fail everything outstanding."""
+        if self.broken is None:
+            self.broken = why
+        for ev in list(self._pending.values()):
+            if not ev.triggered:
+                ev.fail(ConnectionLost(f"{self.name}: connection {why}"))
+                ev.defused = True
+        self._pending.clear()
+        if why == "closed":  # torn down locally: no CQE will come for posted WRs
+            for wr_id, w in list(self._wrs.items()):
+                waiter = w.waiter if isinstance(w, _Chain) else w
+                if waiter is not None and not waiter.triggered:
+                    waiter.succeed(None)
+                del self._wrs[wr_id]
+        # otherwise every posted WR still completes (with its error or WR_FLUSH_ERR)
+        if self._hello is not None and not self._hello.triggered:
+            self._hello.fail(ConnectionLost(f"{self.name}: connection {why}"))
+            self._hello.defused = True
+
+
+class _Chain:
+    """A Send's CQE event that also frees its buffer, then wakes ``waiter``."""
+
+    __slots__ = ("done", "waiter")
+
+    def __init__(self, done: simpy.Event, waiter: simpy.Event | None) -> None:
+        self.done = done
+        self.waiter = waiter
+
+
+def _freer(buffers: Staging, addr: int) -> Callable[[simpy.Event], None]:
+    def free(_ev: simpy.Event) -> None:
+        buffers.free(addr)
+    return free
+
+
+__all__ = ["ConnectionLost", "HelloRejected", "Initiator", "OpResult", "RdmaError"]

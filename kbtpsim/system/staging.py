@@ -1,0 +1,71 @@
+"""Registered buffers reused in a ring: staging for outgoing data and bounce buffers.
+
+A software endpoint copies what it sends (a completion, a LOAD's data) into a registered
+buffer and RDMA-reads non-inline store data into one. :class:`Staging` hands out pieces of
+one registered region in ring order and takes them back when their work request completes,
+so a long run touches a bounded number of host pages (the model's memory is sparse, but
+pages once written stay).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from kbtpsim.nic import Access, MemoryRegion, Nic
+
+ALIGN = 64
+
+
+class StagingFull(RuntimeError):
+    """More bytes are outstanding than the staging region holds."""
+
+
+class Staging:
+    """``size`` octets of ``nic``'s host memory, registered with ``access``."""
+
+    def __init__(self, nic: Nic, size: int, access: Access = Access.LOCAL_WRITE) -> None:
+        self.nic = nic
+        self.size = size
+        self.addr = nic.host.alloc(size, 4096)
+        self.mr: MemoryRegion = nic.register_mr(self.addr, size, access)
+        self._head = 0
+        self._live: dict[int, int] = {}  # offset -> length, outstanding pieces
+        self._offsets: list[int] = []  # their offsets, sorted
+
+    @property
+    def lkey(self) -> int:
+        return self.mr.lkey
+
+    def alloc(self, length: int) -> int:
+        """An address of ``length`` free octets (length 0 gets a 1-octet piece)."""
+        n = max(ALIGN, -(-length // ALIGN) * ALIGN)
+        if n > self.size:
+            raise StagingFull(f"{length} octets exceed the staging region ({self.size})")
+        start = self._head if self._head + n <= self.size else 0
+        end = start + n
+        offs = self._offsets
+        i = bisect_left(offs, start)
+        if (i < len(offs) and offs[i] < end) or (i and offs[i - 1] + self._live[offs[i - 1]]
+                                                 > start):
+            raise StagingFull(f"staging region of {self.size} octets is full "
+                              f"({len(self._live)} pieces outstanding)")
+        offs.insert(i, start)
+        self._live[start] = n
+        self._head = end
+        return self.addr + start
+
+    def free(self, addr: int) -> None:
+        off = addr - self.addr
+        if self._live.pop(off, None) is not None:
+            self._offsets.pop(bisect_left(self._offsets, off))
+
+    def put(self, data: bytes) -> int:
+        """Copy ``data`` into a new piece; returns its address."""
+        addr = self.alloc(len(data))
+        if data:
+            self.nic.host.memory.write(addr, data)
+        return addr
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._live)
