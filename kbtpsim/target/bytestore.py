@@ -1,7 +1,7 @@
 """Byte-addressable memory behind a memory-backed target (docs/decisions.md, T14).
 
 :class:`ByteStore` is what a memory-backed :class:`~kbtpsim.target.processor.Target` needs
-from memory: read, write, and lazy initial contents. :class:`kbtpsim.nic.memory.SparseMemory`
+from memory: read, write, and lazy initial contents. :class:`kbtpsim.sparse.SparseMemory`
 satisfies it structurally, so the target can live in a NIC host's memory; the target never
 imports :mod:`kbtpsim.nic` (dependencies point one way), and :class:`SparseBytes` is its own
 implementation for use without a NIC.
@@ -13,17 +13,11 @@ Lazy initialisation: ``add_initializer(base, length, fill)`` says that octets of
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
-from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
-#: ``fill(addr, length)``: the initial contents of ``[addr, addr + length)``.
-Fill = Callable[[int, int], bytes]
+from kbtpsim.sparse import PAGE_SIZE, Fill, SparseMemory
 
-PAGE_SHIFT = 12
-PAGE_SIZE = 1 << PAGE_SHIFT
-_PAGE_MASK = PAGE_SIZE - 1
-ADDR_LIMIT = 1 << 64
+__all__ = ["PAGE_SIZE", "ByteStore", "Fill", "SparseBytes"]
 
 
 @runtime_checkable
@@ -37,132 +31,5 @@ class ByteStore(Protocol):
     def add_initializer(self, base: int, length: int, fill: Fill) -> None: ...
 
 
-class Initializers:
-    """Non-overlapping ranges with fill functions, found by bisection."""
-
-    __slots__ = ("_bases", "_ends", "_fills")
-
-    def __init__(self) -> None:
-        self._ends: list[int] = []
-        self._bases: dict[int, int] = {}  # end -> base
-        self._fills: dict[int, Fill] = {}  # end -> fill
-
-    def __bool__(self) -> bool:
-        return bool(self._ends)
-
-    def add(self, base: int, length: int, fill: Fill) -> None:
-        if base < 0 or length < 0 or base + length > ADDR_LIMIT:
-            raise ValueError(f"initializer [{base:#x}, +{length}) is outside the 64-bit space")
-        if not length:
-            return
-        end = base + length
-        i = bisect_right(self._ends, base)
-        if i < len(self._ends) and self._bases[self._ends[i]] < end:
-            other = self._ends[i]
-            raise ValueError(
-                f"initializer [{base:#x}, {end:#x}) overlaps "
-                f"[{self._bases[other]:#x}, {other:#x})"
-            )
-        insort(self._ends, end)
-        self._bases[end] = base
-        self._fills[end] = fill
-
-    def initial(self, addr: int, length: int) -> bytes:
-        """Initial contents of ``[addr, addr + length)``: fills where covered, else zeros."""
-        ends = self._ends
-        i = bisect_right(ends, addr)
-        stop = addr + length
-        if i == len(ends) or self._bases[ends[i]] >= stop:
-            return bytes(length)
-        buf = bytearray(length)
-        while i < len(ends):
-            end = ends[i]
-            lo = max(addr, self._bases[end])
-            if lo >= stop:
-                break
-            hi = min(stop, end)
-            chunk = self._fills[end](lo, hi - lo)
-            if len(chunk) != hi - lo:
-                raise ValueError(f"fill for {lo:#x} returned {len(chunk)} octets, not {hi - lo}")
-            buf[lo - addr : hi - addr] = chunk
-            i += 1
-        return bytes(buf)
-
-
-class SparseBytes:
-    """A 64-bit address space of 4 KiB pages, created on first write.
-
-    Unwritten octets read as their initializer's fill, or zero. A page materialises from
-    its initial contents on its first write.
-    """
-
-    __slots__ = ("_inits", "_pages")
-
-    def __init__(self) -> None:
-        self._pages: dict[int, bytearray] = {}
-        self._inits = Initializers()
-
-    @staticmethod
-    def _check(addr: int, length: int) -> None:
-        if addr < 0 or length < 0 or addr + length > ADDR_LIMIT:
-            raise ValueError(f"access [{addr:#x}, +{length}) is outside the 64-bit space")
-
-    def add_initializer(self, base: int, length: int, fill: Fill) -> None:
-        """Octets of ``[base, base + length)`` never written read as ``fill(addr, n)``.
-
-        Pages already written keep their contents.
-        """
-        self._inits.add(base, length, fill)
-
-    def read(self, addr: int, length: int) -> bytes:
-        self._check(addr, length)
-        page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
-        pages = self._pages
-        if off + length <= PAGE_SIZE:  # fast path: one page
-            data = pages.get(page)
-            if data is not None:
-                return bytes(data[off : off + length])
-            return self._inits.initial(addr, length) if self._inits else bytes(length)
-        out = bytearray()
-        while length:
-            n = min(length, PAGE_SIZE - off)
-            data = pages.get(page)
-            if data is not None:
-                out += data[off : off + n]
-            else:
-                out += self._inits.initial((page << PAGE_SHIFT) + off, n)
-            length -= n
-            page += 1
-            off = 0
-        return bytes(out)
-
-    def write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
-        length = len(data)
-        self._check(addr, length)
-        page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
-        pages = self._pages
-        pos = 0
-        while pos < length:
-            n = min(length - pos, PAGE_SIZE - off)
-            buf = pages.get(page)
-            if buf is None:
-                buf = pages[page] = bytearray(self._inits.initial(page << PAGE_SHIFT, PAGE_SIZE))
-            buf[off : off + n] = data[pos : pos + n]
-            pos += n
-            page += 1
-            off = 0
-
-    def written_pages(self, base: int, length: int) -> Iterator[int]:
-        """Addresses of the written pages that overlap ``[base, base + length)``, sorted."""
-        first, last = base >> PAGE_SHIFT, (base + length - 1) >> PAGE_SHIFT
-        if length <= 0:
-            return iter(())
-        if last - first + 1 <= len(self._pages):
-            found = [p for p in range(first, last + 1) if p in self._pages]
-        else:
-            found = sorted(p for p in self._pages if first <= p <= last)
-        return (p << PAGE_SHIFT for p in found)
-
-    @property
-    def pages_touched(self) -> int:
-        return len(self._pages)
+#: The target's own store for use without a NIC: the same sparse memory the NIC uses.
+SparseBytes = SparseMemory
