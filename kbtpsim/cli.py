@@ -92,9 +92,10 @@ def _plugin_registrars() -> list[Callable[[Any], None]]:
     """Subcommands defined beside the code they drive (imported lazily: fast startup)."""
     from kbtpsim.chains.cli import add_chains_parser
     from kbtpsim.nic.bench import add_nicbench_parser
+    from kbtpsim.run.cli import add_run_parsers
     from kbtpsim.target.replay import add_replay_parser
 
-    return [add_replay_parser, add_nicbench_parser, add_chains_parser]
+    return [add_run_parsers, add_replay_parser, add_nicbench_parser, add_chains_parser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,173 @@
+"""``kbtpsim run``, ``kbtpsim sweep`` and ``kbtpsim plot`` (registered by
+:func:`add_run_parsers`). User errors print one line, ``kbtpsim: error: <key>:
+<problem>``, and exit 2; an oracle divergence exits 1."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+EXIT_DIVERGED = 1
+
+
+def _fail(message: str) -> int:
+    print(f"kbtpsim: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from kbtpsim.run.build import OffloadUnavailable
+    from kbtpsim.run.progress import Progress
+    from kbtpsim.run.results import summary_table, write_results
+    from kbtpsim.run.runner import run_scenario
+    from kbtpsim.scenario.load import ScenarioError, load_scenario
+    from kbtpsim.scenario.schema import SchemaRuleError
+    from kbtpsim.system import StagingFull
+
+    try:
+        sc = load_scenario(args.scenario, args.set or (), seed=args.seed)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    out = Path(args.output) if args.output else Path("results") / sc.name
+    bar = Progress(f"kbtpsim run {sc.name}", enabled=False if args.quiet else None)
+    wall = time.perf_counter()
+    try:
+        outcome = run_scenario(sc, oracle=args.oracle, progress=bar.update)
+    except (OffloadUnavailable, SchemaRuleError) as exc:
+        return _fail(str(exc))
+    except StagingFull as exc:
+        return _fail(f"target.staging: {exc} (raise target.staging or "
+                     "initiators[].buffers)")
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"kbtpsim: simulation failed: {type(exc).__name__}: {exc} (--debug for "
+              "the traceback)", file=sys.stderr)
+        return EXIT_DIVERGED
+    finally:
+        bar.close()
+    info: dict[str, Any] = {
+        "wall_s": round(time.perf_counter() - wall, 3), "python": platform.python_version(),
+        "host": platform.node(), "argv": sys.argv[1:], "scenario_file": str(args.scenario),
+    }
+    write_results(out, outcome.results, outcome.timeseries, info)
+    if not args.quiet:
+        print(summary_table(outcome.results))
+        print(f"results: {out / 'results.json'} (wall {info['wall_s']:.1f} s)")
+    if outcome.results["run"]["stop_reason"] == "stalled":
+        lost = {k: v["connection"] for k, v in outcome.results["initiators"].items()
+                if v["connection"] != "up"}
+        why = f"initiators failed: {lost}" if lost else (
+            f"no operation completed for {sc.stop.stall / 1e9:g} ms of simulated time")
+        print(f"kbtpsim: run stalled ({why}); results written", file=sys.stderr)
+        return EXIT_DIVERGED
+    if args.oracle and outcome.divergences:
+        for d in outcome.divergences[:10]:
+            print(f"kbtpsim: oracle: {d}", file=sys.stderr)
+        print(f"kbtpsim: oracle: {len(outcome.divergences)} divergence(s) from the "
+              "reference target", file=sys.stderr)
+        return EXIT_DIVERGED
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from kbtpsim.run.sweep import load_sweep, run_sweep
+    from kbtpsim.scenario.load import ScenarioError, parse_override
+
+    try:
+        extra = [parse_override(o) for o in args.set or ()]
+        points = load_sweep(args.sweep, extra)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    offload = [p for p in points if any(t.mode == "offload" for t in p.scenario.targets)]
+    if offload:
+        return _fail("target.mode: offload: the offloaded chain target (kbtpsim.chains) is "
+                     "not available yet; use mode: software")
+    out = Path(args.output) if args.output else Path("results") / Path(args.sweep).stem
+    done = [0]
+
+    def on_done(pt: Any, reused: bool) -> None:
+        done[0] += 1
+        if not args.quiet:
+            what = "reused" if reused else "done"
+            values = ", ".join(f"{k}={v}" for k, v in pt.values.items())
+            print(f"[{done[0]}/{len(points)}] {what}: {values}", file=sys.stderr)
+
+    rows = run_sweep(points, out, jobs=args.jobs, on_done=on_done)
+    failed = [r for r in rows if "error" in r]
+    if not args.quiet:
+        print(f"sweep: {len(rows)} points, {len(failed)} failed: {out / 'sweep.csv'}")
+    for r in failed:
+        print(f"kbtpsim: sweep point {r['key']} failed: {r['error']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from kbtpsim.run.plot import PlotError, plot
+
+    try:
+        panels = plot(args.dirs, args.output)
+    except PlotError as exc:
+        return _fail(str(exc))
+    print(f"{args.output}: {', '.join(panels)}")
+    return 0
+
+
+def add_run_parsers(subparsers: Any) -> None:
+    """Register ``run``, ``sweep`` and ``plot`` (see kbtpsim/cli.py)."""
+    p = subparsers.add_parser("run", help="run a scenario; print a summary, write results")
+    p.add_argument("scenario", metavar="SCENARIO.yaml", help="scenario file")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="results directory (default: results/<scenario name>)")
+    p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a key, e.g. target.blocks=1024 or "
+                   "initiators[0].workload.window=8 (repeatable)")
+    p.add_argument("--oracle", action="store_true",
+                   help="check every completion and the final state against a reference "
+                   "target; exit 1 on any divergence")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--debug", action="store_true",
+                   help="show the traceback of a failure inside the simulation")
+    p.set_defaults(func=_cmd_run)
+
+    p = subparsers.add_parser("sweep", help="run a cartesian product of scenario variants")
+    p.add_argument("sweep", metavar="SWEEP.yaml", help="sweep file (base, parameters)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="sweep directory (default: results/<sweep file name>)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="parallel processes")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a key of every point (repeatable)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-point lines")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = subparsers.add_parser("plot", help="plot run or sweep directories into one figure")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="run or sweep directories")
+    p.add_argument("-o", "--output", metavar="FIG.png", default="kbtpsim.png",
+                   help="figure file (default: kbtpsim.png)")
+    p.set_defaults(func=_cmd_plot)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (until kbtpsim/cli.py registers these): ``python -m
+    kbtpsim.run.cli run scenarios/quickstart.yaml``."""
+    parser = argparse.ArgumentParser(prog="kbtpsim")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_run_parsers(sub)
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""Probes: a latency recorder per operation and status, and a periodic sampler.
+
+The models know nothing of these: the :class:`Recorder` is fed by the workload driver
+(which issues the requests), the :class:`Sampler` reads the components' own counters
+(ring and quota snapshots of each target, the busy time of NIC units, PCIe, links and
+CPU cores) every ``sample_interval``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from kbtpsim.run.build import System
+
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p99.9": 99.9}
+#: quantiles of the stored latency CDFs (for plots)
+CDF_QUANTILES = [q / 100 for q in range(0, 100)] + [0.995, 0.999, 0.9999, 1.0]
+
+
+def summarise(latencies_ps: list[int]) -> dict[str, float]:
+    """Mean, percentiles and max of latencies, in ns."""
+    if not latencies_ps:
+        return {}
+    arr = np.asarray(latencies_ps, dtype=float) / 1000.0
+    out = {"mean": round(float(arr.mean()), 3)}
+    for name, q in PERCENTILES.items():
+        out[name] = round(float(np.percentile(arr, q)), 3)
+    out["max"] = round(float(arr.max()), 3)
+    return out
+
+
+def cdf(latencies_ps: list[int]) -> list[list[float]]:
+    if not latencies_ps:
+        return []
+    arr = np.asarray(latencies_ps, dtype=float) / 1000.0
+    return [[round(float(v), 3), q] for v, q in
+            zip(np.quantile(arr, CDF_QUANTILES), CDF_QUANTILES, strict=True)]
+
+
+@dataclass
+class Recorder:
+    """Completed operations, counted from ``start_ps`` (the end of the warm-up)."""
+
+    env: simpy.Environment
+    start_ps: int
+    target_ops: int | None
+    stop: simpy.Event
+    on_progress: Callable[[int], None] | None = None
+    latencies: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    nbytes: dict[str, int] = field(default_factory=dict)
+    per_initiator: dict[str, dict[str, int]] = field(default_factory=dict)
+    measured: int = 0
+    total: int = 0
+    direct_fallbacks: dict[str, int] = field(default_factory=dict)  #: by initiator
+
+    def record(self, initiator: str, op: str, status: str, posted: int, nbytes: int,
+               fallback: bool = False) -> None:
+        now = int(self.env.now)
+        self.total += 1
+        if posted < self.start_ps or self.stop.triggered:
+            return
+        self.measured += 1
+        self.latencies.setdefault((op, status), []).append(now - posted)
+        if status == "OK":
+            self.nbytes[op] = self.nbytes.get(op, 0) + nbytes
+        mine = self.per_initiator.setdefault(initiator, {})
+        mine[status] = mine.get(status, 0) + 1
+        if fallback:
+            self.direct_fallbacks[initiator] = self.direct_fallbacks.get(initiator, 0) + 1
+        if self.on_progress is not None:
+            self.on_progress(self.measured)
+        if self.target_ops is not None and self.measured >= self.target_ops:
+            self.stop.succeed("operations")
+
+
+def _units(nic: Any) -> dict[str, Any]:
+    return {"doorbell": nic.doorbell_unit, "wqe_fetch": nic.fetch_unit,
+            "decode": nic.decode_unit, "tx": nic.tx_unit, "rx": nic.rx_unit,
+            "atomic": nic.atomic_unit, "completion": nic.cqe_unit,
+            "pcie.rd": nic.pcie.rd, "pcie.wr": nic.pcie.wr}
+
+
+class BusyProbe:
+    """Utilisation of every NIC unit, PCIe direction, target port and CPU between two
+    snapshots (busy time / (capacity x elapsed), capped at 1)."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.items: dict[str, tuple[Any, int]] = {}
+        for name, nic in system.sim.nics.items():
+            for uname, unit in _units(nic).items():
+                self.items[f"nic.{name}.{uname}"] = (unit, unit.capacity)
+        for name, server in system.servers.items():
+            self.items[f"cpu.{name}"] = (server.cpu, server.cpu.cores)
+
+    def add_ports(self) -> None:
+        for pname, port in self.system.ports.items():
+            self.items[f"port.{pname}.egress"] = (port.egress, 1)
+            self.items[f"port.{pname}.ingress"] = (port.ingress, 1)
+
+    def snapshot(self) -> dict[str, int]:
+        out = {}
+        for key, (obj, _cap) in self.items.items():
+            out[key] = round(obj.busy_ns() * 1000) if key.startswith("cpu.") else obj.busy_ps
+        return out
+
+    def utilisation(self, before: dict[str, int], after: dict[str, int],
+                    elapsed_ps: int) -> dict[str, float]:
+        out = {}
+        for key, (_obj, cap) in self.items.items():
+            if elapsed_ps <= 0:
+                out[key] = 0.0
+                continue
+            busy = after.get(key, 0) - before.get(key, 0)
+            out[key] = round(min(1.0, busy / (cap * elapsed_ps)), 6)
+        return out
+
+
+class Sampler:
+    """Every ``interval`` ps: ring occupancy and quota use of each target, outstanding
+    requests of each initiator, and utilisation over the interval. Rows are
+    ``(time_ps, series, value)``."""
+
+    def __init__(self, system: System, busy: BusyProbe, interval: int,
+                 tick: Callable[[int], None] | None = None) -> None:
+        self.system = system
+        self.busy = busy
+        self.interval = interval
+        self.tick = tick
+        self.rows: list[tuple[int, str, float]] = []
+        self.ring_peak: dict[str, int] = {}
+        self.ring_sum: dict[str, float] = {}
+        self.quota_peak: dict[str, int] = {}
+        self.samples = 0
+        self.target_nics = tuple(f"nic.{name}." for name in system.servers)
+
+    def sample_state(self, now: int, t0: int) -> None:
+        rows = self.rows
+        t = now - t0
+        for tname, server in self.system.servers.items():
+            stats = server.target.stats()
+            for r in stats.rings:
+                in_use = r.blocks - r.available
+                key = f"{tname}.ring.{r.name}.in_use"
+                rows.append((t, key, in_use))
+                self.ring_peak[key] = max(self.ring_peak.get(key, 0), in_use)
+                self.ring_sum[key] = self.ring_sum.get(key, 0.0) + in_use
+            for q in stats.quotas:
+                key = f"{tname}.quota.{q.initiator}.usage"
+                rows.append((t, key, q.usage))
+                self.quota_peak[key] = max(self.quota_peak.get(key, 0), q.usage)
+        for name, ini in self.system.initiators.items():
+            rows.append((t, f"{name}.outstanding", ini.outstanding))
+        self.samples += 1
+
+    def process(self, t0: int) -> Generator[simpy.Event, Any, None]:
+        env = self.system.env
+        before = self.busy.snapshot()
+        while True:
+            yield env.timeout(self.interval)
+            now = int(env.now)
+            self.sample_state(now, t0)
+            after = self.busy.snapshot()
+            util = self.busy.utilisation(before, after, self.interval)
+            for key, value in util.items():
+                if key.startswith(("cpu.", "port.")) or (
+                        key.startswith(self.target_nics)
+                        and key.endswith(("pcie.rd", "pcie.wr", ".tx", ".rx"))):
+                    self.rows.append((now - t0, f"util.{key}", value))
+            before = after
+            if self.tick is not None:
+                self.tick(now - t0)

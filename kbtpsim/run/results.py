@@ -1,0 +1,93 @@
+"""Result files of a run, and the summary table.
+
+``DIR/results.json``: deterministic (same scenario and seed, same bytes);
+``DIR/timeseries.csv``: ``time_ns,series,value`` rows of the periodic sampler;
+``DIR/run.json``: what is not deterministic (wall time, host, command line).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = "results.json"
+TIMESERIES = "timeseries.csv"
+RUN_INFO = "run.json"
+
+
+def dumps(results: dict[str, Any]) -> str:
+    return json.dumps(results, indent=1, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_results(out_dir: str | Path, results: dict[str, Any],
+                  timeseries: list[tuple[int, str, float]], run_info: dict[str, Any]) -> None:
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / RESULTS).write_text(dumps(results), encoding="utf-8")
+    with (d / TIMESERIES).open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["time_ns", "series", "value"])
+        for t, series, value in timeseries:
+            w.writerow([f"{t / 1000:.3f}", series, value])
+    (d / RUN_INFO).write_text(json.dumps(run_info, indent=1, sort_keys=True) + "\n",
+                              encoding="utf-8")
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if p.is_dir():
+        p = p / RESULTS
+    data: dict[str, Any] = json.loads(p.read_text(encoding="utf-8"))
+    return data
+
+
+def _fmt_ns(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}ms"
+    if value >= 1e3:
+        return f"{value / 1e3:.2f}us"
+    return f"{value:.0f}ns"
+
+
+def summary_table(results: dict[str, Any]) -> str:
+    """A plain-text table: per operation count, OK, rate, p50/p90/p99/p99.9."""
+    run = results["run"]
+    lines = [f"scenario {results['scenario']['name']!r} seed {results['seed']}: "
+             f"{run['operations_measured']} operations measured over "
+             f"{run['measured_ps'] / 1e6:.1f} us simulated (stop: {run['stop_reason']})"]
+    head = f"{'operation':<14}{'count':>8}{'ok':>8}{'kops/s':>10}{'GB/s':>8}" \
+           f"{'p50':>10}{'p90':>10}{'p99':>10}{'p99.9':>10}"
+    lines += [head, "-" * len(head)]
+    for op, v in sorted(results["operations"].items()):
+        lat = v["latency_ns"]
+        lines.append(f"{op:<14}{v['count']:>8}{v['ok']:>8}{v['ops_per_s'] / 1e3:>10.1f}"
+                     f"{v['gb_per_s']:>8.2f}{_fmt_ns(lat.get('p50')):>10}"
+                     f"{_fmt_ns(lat.get('p90')):>10}{_fmt_ns(lat.get('p99')):>10}"
+                     f"{_fmt_ns(lat.get('p99.9')):>10}")
+    tp = results["throughput"]
+    lines.append(f"{'total':<14}{run['operations_measured']:>8}{'':>8}"
+                 f"{tp['ops_per_s'] / 1e3:>10.1f}{tp['gb_per_s']:>8.2f}")
+    for name, t in results["targets"].items():
+        cpu = t["cpu"]
+        per = ", ".join(f"{k} {v['per_op_ns']:.0f}ns" for k, v in cpu["per_op"].items()
+                        if k in ("LOAD", "STORE", "ALLOC_STORE", "FREE", "BIND"))
+        rings = ", ".join(f"{r['name']} peak {r['in_use_peak']}/{r['blocks']}"
+                          for r in t["rings"])
+        lines.append(f"target {name}: CPU {cpu['utilisation'] * 100:.0f}% of "
+                     f"{cpu['cores']} core(s) ({per}); rings: {rings}")
+        nic = t["nic"]
+        ports = ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(t["ports"].items()))
+        lines.append(f"target {name}: PCIe host->NIC {nic.get('pcie.rd', 0) * 100:.0f}%, "
+                     f"NIC->host {nic.get('pcie.wr', 0) * 100:.0f}%; port {ports}")
+    bad = {st: n for v in results["statuses"].values() for st, n in
+           ((s, d["count"]) for s, d in v.items()) if st != "OK"}
+    if bad:
+        lines.append("non-OK statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(
+            bad.items())))
+    if "oracle" in results:
+        lines.append(f"oracle: {results['oracle']['divergences']} divergence(s)")
+    return "\n".join(lines)

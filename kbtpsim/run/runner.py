@@ -1,0 +1,200 @@
+"""Run one scenario: build the system, connect, drive the workloads, stop, collect.
+
+Time 0 of the run (warm-up, stop time, time series) is the moment every session is
+established. The run stops at ``stop.operations`` measured completions or at
+``stop.time``, whichever comes first; requests still in flight are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbtpsim import __version__
+from kbtpsim.run.build import System, build, connect_all
+from kbtpsim.run.driver import Driver
+from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
+from kbtpsim.run.oracle import Divergence, check_oracle
+from kbtpsim.scenario.schema import Scenario
+
+ProgressFn = Callable[[float], None]
+
+
+@dataclass
+class RunOutcome:
+    results: dict[str, Any]
+    timeseries: list[tuple[int, str, float]]
+    divergences: list[Divergence] = field(default_factory=list)
+    system: System | None = None
+
+
+def run_scenario(sc: Scenario, *, oracle: bool = False,
+                 progress: ProgressFn | None = None) -> RunOutcome:
+    """Simulate ``sc``; the results dictionary is deterministic (no wall time)."""
+    system = build(sc)
+    env = system.env
+    env.run(until=connect_all(system))
+    t0 = int(env.now)
+    warm = t0 + sc.stop.warmup
+    stop = env.event()
+    ops_goal = sc.stop.operations
+    time_goal = sc.stop.time
+
+    def report_ops(n: int) -> None:
+        if progress is not None and ops_goal:
+            progress(n / ops_goal)
+
+    def report_time(t: int) -> None:
+        if progress is not None and time_goal:
+            progress(t / time_goal)
+
+    recorder = Recorder(env, warm, ops_goal, stop,
+                        report_ops if progress is not None and ops_goal else None)
+    busy = BusyProbe(system)
+    busy.add_ports()
+    sampler = Sampler(system, busy, sc.metrics.sample_interval, report_time)
+    driver = Driver(system, recorder)
+    driver.start()
+    env.process(sampler.process(t0))
+    marks: dict[str, dict[str, int]] = {}
+
+    def at_warm() -> Any:
+        if warm > env.now:
+            yield env.timeout(warm - env.now)
+        marks["warm"] = busy.snapshot()
+
+    env.process(at_warm())
+    if time_goal is not None:
+        def timer() -> Any:
+            yield env.timeout(time_goal)
+            if not stop.triggered:
+                stop.succeed("time")
+        env.process(timer())
+
+    def watchdog() -> Any:
+        last = -1
+        while True:
+            yield env.timeout(sc.stop.stall)
+            if stop.triggered:
+                return
+            if recorder.total == last or len(driver.lost) == len(system.initiators):
+                stop.succeed("stalled")
+                return
+            last = recorder.total
+
+    env.process(watchdog())
+    env.run(until=stop)
+    end = int(env.now)
+    marks.setdefault("warm", busy.snapshot())
+    util = busy.utilisation(marks["warm"], busy.snapshot(), end - warm)
+    results = collect(sc, system, recorder, driver, sampler, util, t0, warm, end,
+                      str(stop.value))
+    divergences: list[Divergence] = []
+    if oracle:
+        divergences = check_oracle(system)
+        results["oracle"] = {"checked": True, "divergences": len(divergences),
+                             "first": [d.as_dict() for d in divergences[:20]]}
+    if progress is not None:
+        progress(1.0)
+    return RunOutcome(results, sampler.rows, divergences, system)
+
+
+def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler: Sampler,
+            util: dict[str, float], t0: int, warm: int, end: int,
+            reason: str) -> dict[str, Any]:
+    measured_ps = max(1, end - warm)
+    seconds = measured_ps / 1e12
+    operations: dict[str, Any] = {}
+    statuses: dict[str, dict[str, Any]] = {}
+    ops = sorted({op for op, _ in rec.latencies})
+    total_bytes = 0
+    for op in ops:
+        lat_all: list[int] = []
+        by_status: dict[str, Any] = {}
+        for (o, status), lats in sorted(rec.latencies.items()):
+            if o != op:
+                continue
+            lat_all += lats
+            by_status[status] = {"count": len(lats), "latency_ns": summarise(lats)}
+        ok = by_status.get("OK", {}).get("count", 0)
+        nbytes = rec.nbytes.get(op, 0)
+        total_bytes += nbytes
+        ok_lat = rec.latencies.get((op, "OK"), [])
+        operations[op] = {
+            "count": len(lat_all), "ok": ok,
+            "ops_per_s": round(len(lat_all) / seconds, 3),
+            "gb_per_s": round(nbytes / seconds / 1e9, 6), "bytes": nbytes,
+            "latency_ns": summarise(lat_all), "ok_latency_ns": summarise(ok_lat),
+            "cdf_ns": cdf(ok_lat or lat_all),
+        }
+        statuses[op] = by_status
+    targets: dict[str, Any] = {}
+    for name, server in system.servers.items():
+        stats = server.target.stats()
+        rings = []
+        for r in stats.rings:
+            key = f"{name}.ring.{r.name}.in_use"
+            rings.append({"name": r.name, "slots": r.slots, "blocks": r.blocks,
+                          "in_use_end": r.blocks - r.available,
+                          "in_use_mean": round(sampler.ring_sum.get(key, 0.0)
+                                               / max(1, sampler.samples), 3),
+                          "in_use_peak": sampler.ring_peak.get(key, 0),
+                          "head_ticket": r.head_ticket, "tail_ticket": r.tail_ticket,
+                          "deferred_frees": r.deferred_frees})
+        cpu = server.cpu
+        targets[name] = {
+            "mode": "software",
+            "cpu": {"cores": cpu.cores, "utilisation": util.get(f"cpu.{name}", 0.0),
+                    "per_op": {k: {kk: round(vv, 3) for kk, vv in v.items()}
+                               for k, v in cpu.report().items()}},
+            "nic": {k[len(f"nic.{name}."):]: v for k, v in util.items()
+                    if k.startswith(f"nic.{name}.")},
+            "ports": {k[len("port."):]: v for k, v in util.items()
+                      if k.startswith("port.") and k[len("port."):].startswith(f"{name}<->")},
+            "fallbacks": {"offload_to_software": None,
+                          "direct_load_to_load": sum(
+                              n for ini, n in rec.direct_fallbacks.items()
+                              if system.expanded[ini].target == name)},
+            "rings": rings,
+            "quotas": [{"initiator": q.initiator, "quota": q.quota, "usage_end": q.usage,
+                        "usage_peak": sampler.quota_peak.get(
+                            f"{name}.quota.{q.initiator}.usage", 0),
+                        "bound": q.bound, "tickets": q.tickets}
+                       for q in stats.quotas],
+            "completions": {f"{op}/{st}": n for (op, st), n in sorted(stats.ops.items())},
+            "internal_errors": len(server.target.internal_errors),
+        }
+    initiators: dict[str, Any] = {}
+    for name, ini in system.initiators.items():
+        counts = rec.per_initiator.get(name, {})
+        gen = driver.workloads[name]
+        initiators[name] = {
+            "target": system.expanded[name].target,
+            "path": system.paths.get(name, []),
+            "ops": sum(counts.values()), "statuses": dict(sorted(counts.items())),
+            "dropped": driver.dropped.get(name, 0),
+            "substituted": dict(sorted(getattr(gen, "skipped", {}).items())),
+            "connection": driver.lost.get(name, "up"),
+            "max_outstanding": ini.max_outstanding,
+            "nic": {k[len(f"nic.{name}."):]: v for k, v in util.items()
+                    if k.startswith(f"nic.{name}.") and k.endswith(("tx", "rx", "pcie.rd",
+                                                                     "pcie.wr"))},
+        }
+    kv = {t: {"sequences_published": r.published, "sequences_live": len(r.sequences)}
+          for t, r in driver.registries.items() if r.published}
+    return {
+        "kbtpsim_version": __version__,
+        "scenario": sc.model_dump(mode="json"),
+        "seed": sc.seed,
+        "run": {"stop_reason": reason, "start_ps": t0, "warmup_ps": warm - t0,
+                "end_ps": end - t0, "measured_ps": measured_ps,
+                "operations_measured": rec.measured, "operations_total": rec.total},
+        "throughput": {"ops_per_s": round(rec.measured / seconds, 3),
+                       "gb_per_s": round(total_bytes / seconds / 1e9, 6)},
+        "operations": operations,
+        "statuses": statuses,
+        "targets": targets,
+        "initiators": initiators,
+        "kvcache": kv,
+    }

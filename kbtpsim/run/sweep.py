@@ -1,0 +1,181 @@
+"""``kbtpsim sweep``: a cartesian product of parameter values over a base scenario.
+
+A sweep file::
+
+    base: quickstart.yaml        # a scenario file (relative to the sweep file) or a mapping
+    set: {stop.operations: 500}  # overrides applied to every point (optional)
+    parameters:                  # key path -> values; every combination is a point
+      target.block_size: [4KiB, 64KiB]
+      initiators[0].count: [1, 2, 4]
+    seeds: [0]                   # optional: each point once per seed (a parameter `seed`)
+
+Every point is validated before any runs. Points run in parallel processes
+(``ProcessPoolExecutor``); each one's directory is ``OUT/points/<key>/`` where ``key`` is
+a hash of the point's resolved scenario, so a rerun skips finished points (resumable).
+``OUT/sweep.csv`` and ``OUT/sweep.json`` hold one row per point.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import itertools
+import json
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kbtpsim.scenario.load import ScenarioError, read_yaml, scenario_from_dict
+from kbtpsim.scenario.schema import Scenario
+
+
+@dataclass(frozen=True)
+class Point:
+    values: dict[str, Any]  #: parameter path -> value as written
+    scenario: Scenario
+    key: str
+
+
+def scenario_key(sc: Scenario) -> str:
+    """A hash of the resolved scenario (what a finished point is recognised by)."""
+    canon = json.dumps(sc.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> list[Point]:
+    """The points of a sweep file, each validated (errors name the point)."""
+    p = Path(path)
+    spec = read_yaml(p)
+    unknown = set(spec) - {"base", "set", "parameters", "seeds"}
+    if unknown:
+        from kbtpsim.scenario.schema import did_you_mean
+
+        key = sorted(unknown)[0]
+        raise ScenarioError(key, "unknown key in the sweep file"
+                            f"{did_you_mean(key, ['base', 'set', 'parameters', 'seeds'])}")
+    base = spec.get("base")
+    if isinstance(base, str):
+        base_data = read_yaml(p.parent / base)
+    elif isinstance(base, dict):
+        base_data = base
+    else:
+        raise ScenarioError("base", "give a scenario file name or a mapping")
+    common = list((spec.get("set") or {}).items()) + list(extra or [])
+    params = spec.get("parameters") or {}
+    if not isinstance(params, dict) or not params:
+        raise ScenarioError("parameters", "give at least one key path with a list of values")
+    for key, values in params.items():
+        if not isinstance(values, list) or not values:
+            raise ScenarioError(f"parameters.{key}", "must be a non-empty list of values")
+    seeds = spec.get("seeds")
+    if seeds is not None:
+        if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+            raise ScenarioError("seeds", "must be a list of integers")
+        params = {**params, "seed": seeds}
+    names = list(params)
+    points = []
+    for combo in itertools.product(*(params[n] for n in names)):
+        values = dict(zip(names, combo, strict=True))
+        try:
+            sc = scenario_from_dict(base_data, [*common, *values.items()])
+        except ScenarioError as exc:
+            where = ", ".join(f"{k}={v}" for k, v in values.items())
+            raise ScenarioError(exc.path, f"{exc.message} (sweep point {where})") from None
+        points.append(Point(values, sc, scenario_key(sc)))
+    return points
+
+
+def _run_point(scenario_json: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """In a worker process: run one point, write its directory, return its results."""
+    import time
+
+    from kbtpsim.run.results import write_results
+    from kbtpsim.run.runner import run_scenario
+
+    sc = Scenario.model_validate(scenario_json)
+    t = time.perf_counter()
+    outcome = run_scenario(sc)
+    info = {"wall_s": round(time.perf_counter() - t, 3)}
+    write_results(out_dir, outcome.results, outcome.timeseries, info)
+    return outcome.results
+
+
+def row_of(point: Point, results: dict[str, Any]) -> dict[str, Any]:
+    """One row: the parameter values, then the headline metrics."""
+    row: dict[str, Any] = {"key": point.key}
+    row.update({k: v for k, v in point.values.items()})
+    if "error" in results:
+        row["error"] = results["error"]
+        return row
+    row["ops_per_s"] = results["throughput"]["ops_per_s"]
+    row["gb_per_s"] = results["throughput"]["gb_per_s"]
+    for op, v in sorted(results["operations"].items()):
+        for q in ("p50", "p99"):
+            row[f"{op}.{q}_ns"] = v["latency_ns"].get(q)
+        row[f"{op}.ops_per_s"] = v["ops_per_s"]
+    for name, t in results["targets"].items():
+        row[f"{name}.cpu"] = t["cpu"]["utilisation"]
+        row[f"{name}.rings.in_use_peak"] = sum(r["in_use_peak"] for r in t["rings"])
+        row[f"{name}.rings.deferred_frees"] = sum(r["deferred_frees"] for r in t["rings"])
+    return row
+
+
+def run_sweep(points: list[Point], out_dir: str | Path, jobs: int = 1,
+              on_done: Callable[[Point, bool], None] | None = None) -> list[dict[str, Any]]:
+    """Run the points not finished yet; write sweep.csv/json; return the rows in point
+    order. ``on_done(point, reused)`` is called as each point finishes."""
+    out = Path(out_dir)
+    (out / "points").mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, Any]] = {}
+    todo: list[Point] = []
+    for pt in points:
+        done = out / "points" / pt.key / "results.json"
+        if done.exists():
+            results[pt.key] = json.loads(done.read_text(encoding="utf-8"))
+            if on_done is not None:
+                on_done(pt, True)
+        elif pt.key not in {p.key for p in todo}:
+            todo.append(pt)
+    if todo:
+        if jobs <= 1:
+            for pt in todo:
+                try:
+                    results[pt.key] = _run_point(pt.scenario.model_dump(mode="json"),
+                                                 str(out / "points" / pt.key))
+                except Exception as exc:  # reported in its row; rerun retries it
+                    results[pt.key] = {"error": f"{type(exc).__name__}: {exc}"}
+                if on_done is not None:
+                    on_done(pt, False)
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures = {pool.submit(_run_point, pt.scenario.model_dump(mode="json"),
+                                       str(out / "points" / pt.key)): pt for pt in todo}
+                for fut in as_completed(futures):
+                    pt = futures[fut]
+                    try:
+                        results[pt.key] = fut.result()
+                    except Exception as exc:  # reported in its row; rerun retries it
+                        results[pt.key] = {"error": f"{type(exc).__name__}: {exc}"}
+                    if on_done is not None:
+                        on_done(pt, False)
+    rows = [row_of(pt, results[pt.key]) for pt in points]
+    for pt in points:
+        (out / "points" / pt.key).mkdir(parents=True, exist_ok=True)
+        (out / "points" / pt.key / "point.yaml").write_text(
+            yaml.safe_dump({"parameters": pt.values}, sort_keys=False), encoding="utf-8")
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    with (out / "sweep.csv").open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        for row in rows:
+            w.writerow(row)
+    (out / "sweep.json").write_text(json.dumps(
+        {"parameters": list(points[0].values) if points else [], "rows": rows},
+        indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return rows

@@ -1,0 +1,32 @@
+"""The progress bar: a plain bar on a TTY without tqdm/rich, nothing otherwise."""
+
+from __future__ import annotations
+
+import io
+
+from kbtpsim.run.progress import Progress
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_nothing_when_not_a_tty() -> None:
+    s = io.StringIO()
+    bar = Progress("run", stream=s)
+    for k in range(11):
+        bar.update(k / 10)
+    bar.close()
+    assert s.getvalue() == ""
+
+
+def test_a_bar_on_a_tty() -> None:
+    s = Tty()
+    bar = Progress("run", stream=s)
+    for k in range(11):
+        bar.update(k / 10)
+    bar.update(0.5)  # never goes back
+    bar.close()
+    text = s.getvalue()
+    assert "100%" in text and text.count("%") >= 10
