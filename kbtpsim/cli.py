@@ -90,10 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plugin_registrars() -> list[Callable[[Any], None]]:
     """Subcommands defined beside the code they drive (imported lazily: fast startup)."""
-    from kbtpsim.chains.cli import add_chains_parser
+    from kbtpsim.chains.cli import add_chains_parser, replay_chain_main
     from kbtpsim.nic.bench import add_nicbench_parser
     from kbtpsim.run.cli import add_run_parsers
-    from kbtpsim.target.replay import add_replay_parser
+    from kbtpsim.target.replay import add_replay_parser, register_chain_replay
+
+    # `kbtpsim replay --target chain` runs in kbtpsim.chains; the target package, which
+    # must not import the NIC or the chains, finds it through this registration.
+    register_chain_replay(replay_chain_main)
 
     return [add_run_parsers, add_replay_parser, add_nicbench_parser, add_chains_parser]
 

@@ -1,6 +1,9 @@
 """``kbtpsim chains``: list, show, draw and explain the compiled chains.
 
 ``add_chains_parser(subparsers)`` registers the subcommand; ``kbtpsim/cli.py`` calls it.
+``replay_chain_main(args)`` is ``kbtpsim replay SCRIPT --target chain --nic PROFILE``
+(:mod:`kbtpsim.chains.replay`): kbtpsim/cli.py installs it with
+``kbtpsim.target.replay.register_chain_replay(replay_chain_main)``.
 User errors print ``kbtpsim: error: ...`` on stderr and return 2.
 """
 
@@ -13,7 +16,10 @@ from typing import Any
 from kbtpsim.chains.compiler import OPERATIONS, VARIANTS
 from kbtpsim.chains.plan import decide, decide_op
 from kbtpsim.chains.render import draw, explain, show
+from kbtpsim.chains.replay import replay_chain_main
 from kbtpsim.nic.profiles import PROFILES, get_profile
+
+__all__ = ["add_chains_parser", "replay_chain_main"]
 
 EXIT_USAGE = 2
 _OPS = ("LOAD", "STORE", "ALLOC_STORE")

@@ -11,12 +11,20 @@ per-credit scratch memory and pre-posts ``credits`` chains. The CPU side then:
 * :meth:`ChainServer.release` -- after serving a fallback, let the next credit run
   (what the chain's conditional ENABLE of the gate does on the fast path);
 * :meth:`ChainServer.refill` -- re-post finished credits, in one batch.
+
+``cpu_slots=K`` (default 0) adds K NOP WQEs on the connection QP after each credit's chain
+(unsignaled; the next credit's master ENABLEs run them as no-ops). While the CPU serves a
+credit (its gate held), :meth:`ChainServer.cpu_post` rewrites that credit's NOPs with the
+CPU's own work requests (COMPLETION Send, LOAD data Write, store RDMA Read: the managed
+connection QP is the only path to the initiator) and :meth:`ChainServer.cpu_enable` lets
+them run. Their CQEs (``wr_id`` with :data:`CPU_WR`) are returned by
+:meth:`ChainServer.take_cpu_cqes`, not counted as chain CQEs.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET
 from kbtpsim.chains.ir import Addr, Chain, Const, Placed, Role, WrTemplate
@@ -24,22 +32,26 @@ from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.nic import (
     Access,
     Condition,
+    Cqe,
     MemoryRegion,
     Nic,
     QueuePair,
     Sge,
     WcOpcode,
+    WcStatus,
     WorkRequest,
     WqeFlags,
     connect,
     field_layout,
 )
 from kbtpsim.nic.memory import ByteOrder
-from kbtpsim.nic.wqe import Opcode
+from kbtpsim.nic.wqe import Opcode, encode_wqe
 
 _LOC = re.compile(r"^(buf|wqe):([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_.]+?))?(?:\+(\d+))?$")
 ROLE_BITS = 16
 COMMIT_TAG = 0xC000
+#: ``wr_id`` bit of the CPU's work requests written into a credit's CPU slots
+CPU_WR = 1 << 62
 
 
 @dataclass
@@ -79,7 +91,7 @@ class ChainServer:
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
-                 alloc_budget: int = 0) -> None:
+                 alloc_budget: int = 0, cpu_slots: int = 0) -> None:
         self.nic = nic
         self.chain = chain
         self.layout = layout
@@ -112,6 +124,15 @@ class ChainServer:
         depth = 2 * credits
         #: no fast path at all: every receive goes straight to the CPU
         self.software = n_work == 0
+        #: NOP slots per credit on the connection QP for the CPU's work requests
+        self.cpu_slots = 0 if self.software else cpu_slots
+        #: CQEs one credit puts on the chain CQ: its signaled WRs and its CPU slots
+        self.per_credit_cqes = self.signaled + self.cpu_slots
+        self._cpu_slot_index: dict[int, int] = {}  #: credit -> index of its first slot
+        self._cpu_slot_used: dict[int, int] = {}  #: credit -> slots written so far
+        self._cpu_cqes: list[Cqe] = []
+        #: statuses of failed chain or CPU work requests (the connection QP is broken)
+        self.errors: list[str] = []
         self.chain_cq = nic.create_cq(1 << 16)
         # the receive CQ has its buffer in host memory (as on mlx5): a chain's marker reads
         # the receive's byte count from the CQE (credit n's receive is CQE number n)
@@ -126,7 +147,8 @@ class ChainServer:
         #: condition reads cost nic_mem_ns instead of a PCIe round trip)
         dm = device_memory and managed
         self.device_memory = dm
-        self.conn = nic.create_qp(self.chain_cq, self.recv_cq, sq_depth=max(1, n_conn) * depth,
+        self.conn = nic.create_qp(self.chain_cq, self.recv_cq,
+                                  sq_depth=max(1, n_conn + self.cpu_slots) * depth,
                                   rq_depth=depth, managed=managed, sq_in_nic_memory=dm)
         self.qps = {Role.CONN: self.conn}
         if managed:
@@ -134,7 +156,7 @@ class ChainServer:
                                         sq_depth=max(1, n_work) * depth, managed=True,
                                         sq_in_nic_memory=dm)
             self.master = nic.create_qp(self.master_cq, self.master_cq,
-                                        sq_depth=max(1, n_master) * depth,
+                                        sq_depth=max(1, n_master + 2) * depth,
                                         sq_in_nic_memory=dm)
             self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
                                       managed=True, sq_in_nic_memory=dm)
@@ -277,7 +299,7 @@ class ChainServer:
         if isinstance(count, Addr):
             return self._value(cr, w, count)
         assert isinstance(count, Const) and isinstance(count.value, int)
-        per = {"cq:chain": self.signaled, "cq:recv": 1, "cq:gate": 1}[target.ref]
+        per = {"cq:chain": self.per_credit_cqes, "cq:recv": 1, "cq:gate": 1}[target.ref]
         return cr.number * per + count.value
 
     def _build(self, cr: _Credit, w: WrTemplate, shape: bool) -> WorkRequest:
@@ -354,11 +376,16 @@ class ChainServer:
         # index assignment, then shapes (for field offsets), then the real WRs
         self._shapes: dict[str, WorkRequest] = {}
         counters = {r: q.post_index for r, q in self.qps.items()}
+        first_master = next((w.name for w in self.per_credit[Role.MASTER]), None)
         for w in self.templates:
             if w.role is Role.RECV:
                 continue
             cr.index[w.name] = (self.qps[w.role], counters[w.role])
             counters[w.role] += 1
+            if self.cpu_slots and w.name == first_master:
+                counters[w.role] += 2  # the previous credit's CPU slots (below)
+        if self.cpu_slots:
+            counters[Role.CONN] += self.cpu_slots
         for w in self.templates:
             if w.role is not Role.RECV:
                 self._shapes[w.name] = self._build(cr, w, shape=True)
@@ -371,6 +398,14 @@ class ChainServer:
                 idx = qp.post_send(wr)
                 assert idx == cr.index[w.name][1], (w.name, idx)
                 self.wrs_posted += 1
+                if self.cpu_slots and w.name == first_master:
+                    self._post_slot_barrier(number)
+            if role is Role.CONN and self.cpu_slots:
+                self._cpu_slot_index[number] = qp.post_index
+                for _ in range(self.cpu_slots):
+                    qp.post_send(WorkRequest(Opcode.NOP, flags=WqeFlags.SIGNALED,
+                                             wr_id=CPU_WR))
+                    self.wrs_posted += 1
         recv = self.per_credit[Role.RECV][0]
         sges = []
         for p in recv.places:
@@ -381,6 +416,19 @@ class ChainServer:
         self.wrs_posted += 1
         self.live[number] = cr
         self.posted += 1
+
+    def _post_slot_barrier(self, number: int) -> None:
+        """After the master's WAIT for the previous credit's gate: ENABLE the previous
+        credit's CPU slots (NOPs, or the CPU's WRs) and WAIT for every CQE of the earlier
+        credits, slots included, so this credit's WAIT counts hold whoever used them."""
+        prev = self._cpu_slot_index.get(number - 1)
+        limit = 0 if prev is None else prev + self.cpu_slots  # credit 0: nothing before
+        self.master.post_send(WorkRequest(Opcode.ENABLE, target=self.conn.qpn, count=limit,
+                                          wr_id=number << ROLE_BITS | 0x3FFE))
+        self.master.post_send(WorkRequest(Opcode.WAIT, target=self.chain_cq.cqn,
+                                          count=number * self.per_credit_cqes,
+                                          wr_id=number << ROLE_BITS | 0x3FFF))
+        self.wrs_posted += 2
 
     def refill(self, min_batch: int = 1) -> int:
         """Re-post every finished credit in one batch (one doorbell) if at least
@@ -414,6 +462,11 @@ class ChainServer:
             if cr is not None:
                 cr.recv_len = c.byte_len
         for c in self.chain_cq.poll(1 << 12):
+            if c.status is not WcStatus.SUCCESS:
+                self.errors.append(c.status.name)
+            if c.wr_id & CPU_WR:  # one of the CPU's own work requests (cpu_post)
+                self._cpu_cqes.append(c)
+                continue
             number = c.wr_id >> ROLE_BITS
             cr = self.live[number]
             cr.seen += 1
@@ -478,5 +531,54 @@ class ChainServer:
 
     def release(self, credit: int) -> None:
         """The CPU served ``credit``: let the next credit's chain start."""
+        self._cpu_slot_used.pop(credit, None)
+        self._cpu_slot_index.pop(credit - 2 * self.credits, None)  # long re-posted
         if not self.software:
             self.gate.enable(credit + 1)  # one gate NOP per credit, in order
+
+    # ------------------------------------------------------------------ CPU slots
+    def cpu_slots_free(self, credit: int) -> int:
+        """CPU slots of ``credit`` not written yet (0 without slots)."""
+        if credit not in self._cpu_slot_index:
+            return 0
+        return self.cpu_slots - self._cpu_slot_used.get(credit, 0)
+
+    def cpu_post(self, credit: int, wr: WorkRequest) -> int:
+        """Write ``wr`` (the CPU's) into the next CPU slot of ``credit``, a finished credit
+        whose gate the CPU still holds: the slot's WQE has not been fetched (its QP is
+        enabled only up to the credit's own chain). Its CQE comes back through
+        :meth:`take_cpu_cqes` with ``wr_id | CPU_WR``. Returns the WQE index."""
+        if self.cpu_slots_free(credit) <= 0:
+            raise RuntimeError(f"credit {credit}: no free CPU slot on the connection QP "
+                               f"({self.cpu_slots} per credit)")
+        used = self._cpu_slot_used.get(credit, 0)
+        index = self._cpu_slot_index[credit] + used
+        self._cpu_slot_used[credit] = used + 1
+        qp = self.conn
+        prof = self.nic.profile
+        if wr.opcode in (Opcode.WAIT, Opcode.ENABLE):
+            raise ValueError("CPU slots take data-path work requests only")
+        # signaled: every slot yields one CQE (the later credits' WAIT counts rely on it)
+        wr = replace(wr, flags=wr.flags | WqeFlags.SIGNALED)
+        raw = encode_wqe(wr, prof.wqe_field_byte_order, index=index, qpn=qp.qpn,
+                         size=qp.stride)
+        self.nic.host.memory.write(qp.wqe_addr(index), raw)
+        slot = index % qp.sq_depth
+        qp.posted[slot] = wr
+        qp.wr_ids[slot] = wr.wr_id | CPU_WR
+        self.wrs_posted += 1
+        return index
+
+    def cpu_enable(self, credit: int) -> None:
+        """Let the CPU slots of ``credit`` written so far run (the CPU's ENABLE)."""
+        used = self._cpu_slot_used.get(credit, 0)
+        if credit in self._cpu_slot_index and used:
+            self.conn.enable(self._cpu_slot_index[credit] + used)
+
+    def take_cpu_cqes(self) -> list[Cqe]:
+        """CQEs of the CPU's slot work requests seen by :meth:`poll` (``wr_id`` without
+        :data:`CPU_WR`), oldest first."""
+        out = [replace(c, wr_id=c.wr_id & ~CPU_WR) for c in self._cpu_cqes
+               if c.wr_id != CPU_WR]  # an unused slot's NOP
+        self._cpu_cqes.clear()
+        return out

@@ -11,6 +11,7 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -322,8 +323,22 @@ def run_replay(script: str | Path | dict[str, Any]) -> list[dict[str, Any]]:
     return _Runner(load_script(script)).run()
 
 
+#: ``--target chain``: ``fn(args) -> exit code``, registered by the top-level CLI
+#: (kbtpsim/cli.py: ``register_chain_replay(kbtpsim.chains.cli.replay_chain_main)``); this
+#: module does not import kbtpsim.chains or kbtpsim.nic
+_CHAIN_REPLAY: Callable[[argparse.Namespace], int] | None = None
+
+
+def register_chain_replay(fn: Callable[[argparse.Namespace], int] | None) -> None:
+    """Install the handler of ``kbtpsim replay --target chain`` (None: not available)."""
+    global _CHAIN_REPLAY
+    _CHAIN_REPLAY = fn
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     if args.target != "software":
+        if _CHAIN_REPLAY is not None:
+            return _CHAIN_REPLAY(args)
         return _fail("--target chain is not available yet: only the software target "
                      "can replay scripts for now")
     if args.nic is not None:

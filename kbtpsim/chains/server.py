@@ -1,0 +1,401 @@
+"""The offloaded KBTP target as a system node: chains in the NIC, a CPU for the rest.
+
+:class:`OffloadedTargetServer` is a :class:`~kbtpsim.system.server.SoftwareTargetServer`
+whose connections pre-post one chain per request credit (:class:`ChainServer`), so the
+NIC serves the fast-path variants the profile verifies (``docs/chains.md``) without the
+CPU. A target CPU process per connection (:class:`~kbtpsim.system.cpu.TargetCpu`, shared
+cores) does what the chains do not:
+
+* polls the connection's ChainServer; a credit the NIC served costs a CQ poll
+  (account ``CHAIN``) and, for ALLOC_STORE, ``Target.note_chain_alloc``;
+* serves the fallbacks (``needs_cpu``: HELLO, GOODBYE, FREE, BIND, errors, anything the
+  profile cannot run) with the memory-backed :class:`~kbtpsim.target.Target` on the same
+  memory, charged to the request's opcode exactly as the software server charges it
+  (poll + per-op cost + posting). A handed-over allocation (slot not ready) goes to
+  ``Target.finish_allocation`` with the chain's ticket;
+* carries out the target's effects with the base server's code: the connection QP is
+  *managed* (chains hold its WQEs back), so the CPU's work requests are written into the
+  served credit's CPU slots (``ChainServer(cpu_slots=)``) and enabled there, ahead of
+  the next credit's chain;
+* releases the credit's gate once the request no longer waits in the target (deferred
+  FREE, allocation waiting for a slot, RDMA Read of a store), setting the later credits'
+  session and quota octets first (``_sync_credits``, as ``chains/harness.py``);
+* re-posts finished chains in batches of at least ``refill_batch`` (``cpu_post_ns`` per
+  WR, one doorbell per batch, account ``REFILL``).
+
+Timeouts, deferred frees, disconnects and DIRECT modes are the base server's. The plan of
+a connection is made at :meth:`accept` for the initiator named there (``Initiator``
+passes its name); a session established by any other initiator keeps the session octet
+clear, so the CPU serves all of it. ADDR_LE: by default the server sets it when the
+profile's WQE fields are little-endian (``ideal``), the byte order its chains need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import simpy
+
+from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
+from kbtpsim.chains.plan import ConnectionPlan, plan_connection
+from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
+from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
+from kbtpsim.nic.memory import ByteOrder
+from kbtpsim.nic.profiles import get_profile
+from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTargetServer, op_name
+from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
+from kbtpsim.target.layout import TargetLayout
+
+Gen = Generator[simpy.Event, Any, Any]
+
+#: CPU accounts that are not KBTP operations
+REFILL = "REFILL"  #: re-posting chains (per-WR posting and doorbells)
+CHAIN = "CHAIN"  #: noticing credits the NIC served (and ALLOC_STORE bookkeeping)
+
+
+class _ConnQp:
+    """The connection QP as the base server's effect code sees it: posting goes into the
+    held credit's CPU slots, the doorbell ENABLEs them (an unmanaged QP, without any fast
+    path, is used directly)."""
+
+    def __init__(self, cc: _ChainConn) -> None:
+        self._cc = cc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cc.chains.conn, name)
+
+    def post_send(self, wr: WorkRequest) -> int:
+        cs = self._cc.chains
+        wr = replace(wr, wr_id=wr.wr_id | CPU_WR)
+        if cs.software:
+            return cs.conn.post_send(wr)
+        if self._cc.holding is None:
+            raise RuntimeError(f"connection {self._cc.conn_id}: the CPU posts a work "
+                               "request while it holds no credit")
+        return cs.cpu_post(self._cc.holding, wr)
+
+    def ring_doorbell(self) -> None:
+        cs = self._cc.chains
+        if cs.software:
+            cs.conn.ring_doorbell()
+        elif self._cc.holding is not None:
+            cs.cpu_enable(self._cc.holding)
+
+
+@dataclass(eq=False)
+class _ChainConn:
+    conn_id: int
+    chains: ChainServer
+    plan: ConnectionPlan
+    initiator: str  #: the initiator the plan was made for
+    conn: ServerConnection | None = None
+    holding: int | None = None  #: credit the CPU serves or holds (gate not released)
+    held: list[int] = field(default_factory=list)
+    no_arm: set[int] = field(default_factory=set)  #: credits kept without allowance
+    wake: simpy.Event | None = None
+
+
+class OffloadedTargetServer(SoftwareTargetServer):
+    """A KBTP target whose NIC runs the chains (see the module docstring).
+
+    Arguments as :class:`SoftwareTargetServer`, plus ``refill_batch`` (re-post finished
+    chains once at least this many have finished; clamped to 1..credits), ``cpu_slots``
+    (CPU work requests per served credit, default 4) and ``addr_le`` (None: set ADDR_LE
+    when the profile's WQE fields are little-endian). The target's structures are always
+    bytes in host memory (the chains work on them)."""
+
+    def __init__(self, sim: Simulation, config: TargetConfig, *,
+                 profile: str | NicProfile = "ideal-be", refill_batch: int = 1,
+                 cpu_slots: int = 4, addr_le: bool | None = None, **kw: Any) -> None:
+        prof = get_profile(profile) if isinstance(profile, str) else profile
+        if addr_le is None:
+            addr_le = prof.wqe_field_byte_order == "little"
+        if config.addr_le != addr_le:
+            config = replace(config, addr_le=addr_le)
+        if refill_batch < 1:
+            raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
+        self.refill_batch = refill_batch
+        self.cpu_slots = cpu_slots
+        self._chain_conns: dict[int, _ChainConn] = {}
+        self._hold: set[int] = set()  #: connections whose next ALLOC_STORE is held
+        self._plans: dict[str, ConnectionPlan] = {}
+        self._ring_keys: RingKeys | None = None
+        #: requests per KBTP operation: {"LOAD": {"nic": n, "cpu": m}, ...}
+        self.served: dict[str, dict[str, int]] = {}
+        super().__init__(sim, config, profile=prof, **kw)
+        assert self.layout is not None
+        self.chain_layout = ChainLayout.of(self.layout, self.config)
+        self._table_key, self._pool_key = self.chain_layout.register(self.nic)
+
+    # ================================================================ construction
+    def _make_target(self, direct: bool, base_addr: int) -> Target:
+        order: ByteOrder = "little" if self.nic.profile.atomic_byte_order == "little" \
+            else "big"
+        self.layout = TargetLayout.plan(self.config, base_addr, counter_byte_order=order)
+        return Target(self.config, store=self.nic.host.memory, layout=self.layout)
+
+    def plan_for(self, initiator: str) -> ConnectionPlan:
+        """The chain a connection of ``initiator`` pre-posts (cached per name)."""
+        if initiator not in self._plans:
+            known = initiator in {i.name for i in self.config.initiators}
+            self._plans[initiator] = plan_connection(
+                self.nic.profile, self.config, self.chain_layout,
+                initiator if known else self.config.initiators[0].name,
+                None if known else ())
+        return self._plans[initiator]
+
+    # ================================================================ connections
+    def accept(self, peer: QueuePair, link: Link | None = None, *,
+               name: str = "") -> ServerConnection:
+        plan = self.plan_for(name)
+        ring = None
+        if any(v.startswith("alloc") for v in plan.offloaded):
+            if self._ring_keys is None:
+                assert self.layout is not None
+                self._ring_keys = register_ring(self.nic, self.layout.rings[0])
+            ring = self._ring_keys
+        # one credit per request credit, one for HELLO/GOODBYE, and the refill lag
+        credits = self.config.request_credits + self.refill_batch
+        chains = ChainServer(self.nic, plan.chain, self.chain_layout, credits,
+                             self._table_key, self._pool_key, True, ring,
+                             cpu_slots=self.cpu_slots)
+        connect(chains.conn, peer, link)
+        conn_id = next(self._conn_ids)
+        cc = _ChainConn(conn_id, chains, plan, name)
+        conn = ServerConnection(conn_id, _ConnQp(cc),  # type: ignore[arg-type]
+                                name or f"conn{chains.conn.qpn}",
+                                REQUEST_OVERHEAD + self.config.max_inline)
+        cc.conn = conn
+        self.connections[conn_id] = conn
+        self._chain_conns[conn_id] = cc
+        self.log.append(("connect", conn_id, self.sim.now))
+        self.target.connect(conn_id, self.sim.now)
+        self.env.process(self._chain_cpu(cc))
+        return conn
+
+    def chain_server(self, conn: ServerConnection) -> ChainServer:
+        """The ChainServer of a connection."""
+        return self._chain_conns[conn.conn_id].chains
+
+    def offloaded(self, conn: ServerConnection) -> tuple[str, ...]:
+        """The variants the connection's chains serve in the NIC."""
+        return self._chain_conns[conn.conn_id].plan.offloaded
+
+    def _translate_send(self, conn: ServerConnection, eff: SendMessage) -> SendMessage:
+        if not self.direct:  # no NIC windows: the target's own STags go out as they are
+            return eff
+        return super()._translate_send(conn, eff)
+
+    # ================================================================ scripted holds
+    def hold_next_allocation(self, conn: ServerConnection) -> None:
+        """The connection's next request, if an ALLOC_STORE, stalls after taking its ticket
+        (``Target.handle(..., hold_after_ticket=True)``) until :meth:`read_slot`: the
+        replay's TAKE_TICKET. Call it while the connection is idle (no request in
+        flight). The request is served by the CPU: the next credit's ALLOC_STORE
+        allowance (quota octet) is withdrawn before its request arrives."""
+        cc = self._chain_conns[conn.conn_id]
+        cs = cc.chains
+        nxt = cs.finished  # the credit the next request lands on (nothing in flight)
+        if nxt in cs.live:
+            cs.disarm(nxt)
+            cc.no_arm.add(nxt)
+        self._hold.add(conn.conn_id)
+
+    def read_slot(self, conn: ServerConnection) -> simpy.Process:
+        """Process: the held allocation of ``conn`` reads its slot (``Target.read_slot``)
+        on a core, and its effects go out. Raises ValueError at once if none is held."""
+        effects = self.target.read_slot(conn.conn_id, int(self.env.now))
+        self._kick()
+        return self.env.process(self.run_on_cpu("ALLOC_STORE", lambda _now: effects))
+
+    def on_request(self, conn: ServerConnection, data: bytes, now: int) -> list[Effect]:
+        if conn.conn_id in self._hold and op_name(data) == "ALLOC_STORE":
+            self._hold.discard(conn.conn_id)
+            conn.received.append(data)
+            self.log.append(("handle", conn.conn_id, data, now))
+            effects = self.target.handle(conn.conn_id, data, now, hold_after_ticket=True)
+            self._kick()
+            return effects
+        return super().on_request(conn, data, now)
+
+    # ================================================================ reports
+    def op_report(self) -> dict[str, dict[str, float]]:
+        """Per KBTP operation: requests served by the NIC and by the CPU, the CPU time
+        charged to the operation (ns) and per request; plus ``REFILL`` and ``CHAIN``
+        (CPU time of re-posting chains and of noticing NIC-served credits)."""
+        out: dict[str, dict[str, float]] = {}
+        for op in sorted(set(self.served) | {a for a in self.cpu.report()
+                                             if a not in (REFILL, CHAIN)}):
+            counts = self.served.get(op, {})
+            nic, cpu = counts.get("nic", 0), counts.get("cpu", 0)
+            busy = self.cpu.busy_ns(op)
+            n = nic + cpu or self.cpu.ops(op)
+            out[op] = {"nic": float(nic), "cpu": float(cpu), "cpu_ns": busy,
+                       "cpu_ns_per_op": busy / n if n else 0.0}
+        for acc in (REFILL, CHAIN):
+            out[acc] = {"nic": 0.0, "cpu": float(self.cpu.ops(acc)),
+                        "cpu_ns": self.cpu.busy_ns(acc),
+                        "cpu_ns_per_op": self.cpu.per_op_ns(acc)}
+        return out
+
+    def _count(self, op: str, where: str) -> None:
+        self.served.setdefault(op, {"nic": 0, "cpu": 0})[where] += 1
+
+    # ================================================================ the CPU
+    def _call(self, entry: tuple[Any, ...], now: int) -> list[Effect]:
+        out = super()._call(entry, now)
+        self._kick()  # a target call may let another connection's held credit go
+        return out
+
+    def _kick(self) -> None:
+        for cc in self._chain_conns.values():
+            if cc.wake is not None and not cc.wake.triggered:
+                cc.wake.succeed()
+
+    def _chain_cpu(self, cc: _ChainConn) -> Gen:
+        """The connection's CPU side: poll, serve, release, refill; sleep otherwise."""
+        env, cpu, cs = self.env, self.cpu, cc.chains
+        conn = cc.conn
+        assert conn is not None
+        while conn.up:
+            finished = cs.poll(int(env.now))
+            for cqe in cs.take_cpu_cqes():  # the CPU's own WRs: base bookkeeping
+                self._dispatch(cqe)
+            if cs.errors:
+                self.close(conn, cs.errors[0])
+                break
+            if not conn.up:
+                break
+            if finished or conn.inbox or cc.held or cs.free_slots \
+                    or self.target.waiting_allocations:
+                with cpu.request() as core:
+                    yield core
+                    yield from self._pass(cc, finished)
+                if finished or conn.inbox:
+                    continue
+            # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
+            cc.wake = env.event()
+            events = [cs.chain_cq.reach(cs.chain_cq.count + 1),
+                      cs.recv_cq.reach(cs.recv_cq.count + 1), cc.wake]
+            if len(cs.chain_cq) or len(cs.recv_cq):
+                events.append(env.timeout(max(1, cpu.poll_ps)))
+            yield env.any_of(events)
+
+    def _pass(self, cc: _ChainConn, finished: list[Finished]) -> Gen:
+        cpu, conn = self.cpu, cc.conn
+        assert conn is not None
+        for f in finished:
+            if not conn.up:
+                return
+            if f.needs_cpu:
+                yield from self._serve_cpu(cc, f)
+            else:
+                yield from self._serve_nic(cc, f)
+        while conn.inbox and conn.up:  # an RDMA Read of a store came back
+            _, token, data, account = conn.inbox.popleft()
+            yield from cpu.spend(account, cpu.poll_ps + cpu.costs.op_ps("READ_DONE"))
+            effects = self._call(("read", token, data), int(self.env.now))
+            yield from self.carry_out(effects, account)
+        if self.target.waiting_allocations:  # a hand-over waits for its slot
+            effects = self.target.poll_waiting(int(self.env.now))
+            if effects:
+                yield from self.carry_out(effects, "ALLOC_STORE")
+        for other in self._chain_conns.values():
+            self._release_done(other)
+        yield from self._refill(cc)
+
+    def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen:
+        """The NIC served ``f``: note it (the target sees the NIC's writes in memory)."""
+        conn = cc.conn
+        assert conn is not None
+        now = int(self.env.now)
+        op = op_name(f.request)
+        self._count(op, "nic")
+        conn.received.append(f.request)
+        self.log.append(("handle", cc.conn_id, f.request, now))  # for replay()
+        self.cpu.count(CHAIN)
+        yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
+        if f.ticket is not None:  # the chain bound a handle: the CPU's bookkeeping
+            effects = self.target.note_chain_alloc(cc.conn_id, f.request, f.ticket, now)
+            self._kick()
+            yield from self.carry_out(effects, CHAIN)  # e.g. a FREE deferred on that slot
+
+    def _serve_cpu(self, cc: _ChainConn, f: Finished) -> Gen:
+        """The CPU serves ``f``: the target runs the request, the effects go out in the
+        credit's CPU slots, the gate stays held until the request no longer waits."""
+        cpu, conn = self.cpu, cc.conn
+        assert conn is not None
+        cc.holding = f.credit
+        op = op_name(f.request)
+        self._count(op, "cpu")
+        cpu.count(op)
+        yield from cpu.spend(op, cpu.poll_ps + cpu.costs.op_ps(op))
+        now = int(self.env.now)
+        if f.ticket is not None:  # the chain took a ticket, its slot was not ready
+            conn.received.append(f.request)
+            self.log.append(("handle", cc.conn_id, f.request, now))
+            effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
+            self._kick()
+        else:
+            effects = self.on_request(conn, f.request, now)
+        yield from self.carry_out(effects, op)
+        cc.held.append(f.credit)
+
+    def _release_done(self, cc: _ChainConn) -> None:
+        """Release the gates of served credits whose request no longer waits in the
+        target (later requests of the connection stay behind it, as in software)."""
+        tconn = self.target.connections.get(cc.conn_id)
+        if cc.held and (tconn is None or not tconn.busy):
+            for credit in cc.held:
+                self._sync_credits(cc, credit)
+                cc.chains.release(credit)
+            cc.held.clear()
+            cc.holding = None
+
+    def _allowed(self, cc: _ChainConn) -> int:
+        """ALLOC_STORE allowances the CPU may hand out: quota - usage, 0 without an
+        established session of the planned initiator."""
+        tconn = self.target.connections.get(cc.conn_id)
+        sess = tconn.initiator if tconn is not None else None
+        if sess is None or sess.name != cc.initiator:
+            return 0
+        return max(0, sess.config.quota - sess.usage)
+
+    def _sync_credits(self, cc: _ChainConn, after: int) -> None:
+        """Before releasing credit ``after``: the later credits' session octets, and at
+        most quota - usage of them armed for ALLOC_STORE."""
+        cs = cc.chains
+        tconn = self.target.connections.get(cc.conn_id)
+        sess = tconn.initiator if tconn is not None else None
+        established = sess is not None and sess.name == cc.initiator
+        if established != cs.session:
+            cs.set_session(established, after)
+        if not cs.alloc_arms:
+            return
+        later = [n for n in sorted(cs.live) if n > after]
+        armed = [n for n in cs.armed_credits() if n > after]
+        allowed = self._allowed(cc)
+        for n in armed[allowed:]:
+            cs.disarm(n)
+        for n in [n for n in later if n not in armed and n not in cc.no_arm
+                  ][:max(0, allowed - len(armed))]:
+            cs.arm(n)
+
+    def _refill(self, cc: _ChainConn) -> Gen:
+        """Re-post finished chains, at least ``refill_batch`` at a time (one doorbell)."""
+        cs = cc.chains
+        batch = min(self.refill_batch, cs.credits)
+        if len(cs.free_slots) < batch:
+            return
+        cs.alloc_budget = self._allowed(cc) - len(cs.armed_credits()) if cs.session else 0
+        n = cs.refill(batch)
+        if n:
+            per_credit = len(cs.templates) + cs.cpu_slots
+            self.cpu.count(REFILL, n)
+            yield from self.cpu.spend(REFILL, n * per_credit * self.cpu.post_ps
+                                      + self.cpu.doorbell_ps)
+
+
+__all__ = ["CHAIN", "REFILL", "OffloadedTargetServer"]

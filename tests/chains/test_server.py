@@ -1,0 +1,165 @@
+"""OffloadedTargetServer: system Initiators against the chains, checked against the
+software target (the oracle) fed the same requests."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+import simpy
+
+from kbtpsim.chains.server import CHAIN, REFILL, OffloadedTargetServer
+from kbtpsim.nic import Simulation
+from kbtpsim.system import Initiator
+from kbtpsim.target import InitiatorConfig, ReadInitiator, SendMessage, Target, TargetConfig
+
+BS = 4096
+
+
+def _config(seed: int = 0) -> TargetConfig:
+    return TargetConfig(blocks=16, block_size=BS, request_credits=4, initiators=(
+        InitiatorConfig("a", Initiator.random_id(seed, "a"), 8, 0x1000, 256),))
+
+
+def _block(c: int) -> bytes:
+    return bytes([c]) * BS
+
+
+def _workload(ini: Initiator) -> Generator[simpy.Event, Any, list[Any]]:
+    out = []
+    out.append((yield ini.alloc_store(0x1000, _block(1), seal=True)))  # alloc_inline
+    out.append((yield ini.alloc_store(0x1001, _block(2), inline=False,
+                                      invalidate=False)))  # alloc_read
+    out.append((yield ini.load(0x1000, invalidate=False)))  # load
+    out.append((yield ini.store(0x1001, _block(3), inline=False,
+                                invalidate=False)))  # store_read
+    out.append((yield ini.store(0x1001, _block(4), seal=True)))  # store_inline
+    out.append((yield ini.load(0x1001, invalidate=False)))
+    out.append((yield ini.free(0x1000)))  # CPU
+    out.append((yield ini.bind(0x1002, 7, BS, 0)))  # CPU (no such ticket)
+    out.append((yield ini.alloc_store(0x1003, _block(5), seal=True)))
+    return out
+
+
+def _run(profile: str, seed: int = 0, refill_batch: int = 1
+         ) -> tuple[OffloadedTargetServer, Initiator, list[Any]]:
+    sim = Simulation(seed=seed)
+    srv = OffloadedTargetServer(sim, _config(seed), profile=profile, refill_batch=refill_batch)
+    ini = Initiator(sim, "a", seed=seed, profile=profile,
+                    initiator_id=Initiator.random_id(seed, "a"))
+
+    def work() -> Generator[simpy.Event, Any, list[Any]]:
+        yield ini.connect(srv)
+        return (yield from _workload(ini))
+
+    proc = sim.env.process(work())
+    results = sim.env.run(until=proc)
+    sim.env.run(until=sim.env.now + 50_000_000)  # the CPU notices the last credits
+    return srv, ini, results
+
+
+#: the data the target RDMA-reads, in order (alloc_read, store_read)
+SOURCES = (_block(2), _block(3))
+
+
+def _reference(srv: OffloadedTargetServer, ini: Initiator) -> tuple[Target, list[bytes]]:
+    """A dict-backed Target fed the requests the server received, in order (one
+    connection); RDMA Reads answered with :data:`SOURCES`. Returns it and what it sent."""
+    ref = Target(srv.config)
+    conn = ini.conn
+    assert conn is not None
+    ref.connect(conn.conn_id, 0)
+    sources = list(SOURCES)
+    sent: list[bytes] = []
+    queue: list[Any] = []
+    for data in conn.received:
+        queue = list(ref.handle(conn.conn_id, data, 0))
+        while queue:
+            e = queue.pop(0)
+            if isinstance(e, ReadInitiator):
+                queue[:0] = ref.complete_read(e.token, sources.pop(0), 0)
+            elif isinstance(e, SendMessage):
+                sent.append(e.data)
+    return ref, sent
+
+
+def _mismatches(srv: OffloadedTargetServer, ini: Initiator) -> list[str]:
+    """Memory of the offloaded target vs a dict-backed Target fed the same requests."""
+    ref, _ = _reference(srv, ini)
+    lay, mem, out = srv.layout, srv.nic.host.memory, []
+    assert lay is not None
+    addr_le = srv.config.addr_le
+    for h in range(lay.table_base_handle, lay.table_base_handle + 256):
+        want = ref.table.get(h).encode(addr_le)
+        if mem.read(lay.entry_addr(h), 16) != want:
+            out.append(f"entry {h:#x}")
+    for bo in ref.pool.offsets:
+        if mem.read(lay.block_addr(bo), BS) != ref.pool.read(bo, BS):
+            out.append(f"block {bo:#x}")
+    order = lay.counter_byte_order
+    for ring, where in zip(ref.rings, lay.rings, strict=True):
+        for s in range(ring.n_slots):
+            if mem.read(where.slot_addr(16 * s), 16) != ring.slot(16 * s).encode(addr_le):
+                out.append(f"ring {ring.name} slot {s}")
+        for name, want_word in (("head", ring.head), ("tail", ring.tail)):
+            if mem.read_u64(getattr(where, f"{name}_addr"), order) != want_word:
+                out.append(f"ring {ring.name} {name}")
+    for name, sess in ref.initiators.items():
+        mine = srv.target.initiators[name]
+        for what in ("bound", "tickets", "freeing", "usage"):
+            if getattr(mine, what) != getattr(sess, what):
+                out.append(f"initiator {name}: {what}")
+    return out
+
+
+def _completions(srv: OffloadedTargetServer, ini: Initiator) -> list[bytes]:
+    return _reference(srv, ini)[1]
+
+
+def test_ideal_be_fast_path_on_the_nic_rest_on_the_cpu() -> None:
+    srv, ini, results = _run("ideal-be")
+    assert srv.offloaded(ini.conn) == ("load", "store_inline", "store_read",  # type: ignore
+                                       "alloc_inline", "alloc_read")
+    assert [r.completion.status for r in results][:7] == [0] * 7
+    assert results[7].completion.status != 0  # BIND of a ticket never taken
+    assert results[2].data == _block(1) and results[5].data == _block(4)
+    rep = srv.op_report()
+    for op, n in (("LOAD", 2), ("STORE", 2), ("ALLOC_STORE", 3)):
+        assert rep[op]["nic"] == n and rep[op]["cpu"] == 0, (op, rep[op])
+        assert rep[op]["cpu_ns"] == 0 and rep[op]["cpu_ns_per_op"] == 0
+    for op in ("FREE", "BIND", "HELLO"):
+        assert rep[op]["nic"] == 0 and rep[op]["cpu"] == 1 and rep[op]["cpu_ns"] > 0
+    assert rep[REFILL]["cpu_ns"] > 0 and rep[CHAIN]["cpu"] == 7
+    # the oracle: completions and memory equal the software target's
+    assert ini.received == _completions(srv, ini)
+    assert _mismatches(srv, ini) == []
+
+
+def test_cx5_everything_on_the_cpu_same_results() -> None:
+    srv, ini, results = _run("cx5")
+    rep = srv.op_report()
+    assert srv.offloaded(ini.conn) == ()  # type: ignore[arg-type]
+    assert all(v["nic"] == 0 for v in rep.values())
+    assert rep["LOAD"]["cpu"] == 2 and rep["LOAD"]["cpu_ns"] > 0
+    assert ini.received == _completions(srv, ini)
+    assert _mismatches(srv, ini) == []
+    _, _, be_results = _run("ideal-be")
+    assert [r.completion for r in results] == [r.completion for r in be_results]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_refill_batching(batch: int) -> None:
+    srv, ini, _ = _run("ideal-be", refill_batch=batch)
+    assert ini.received == _completions(srv, ini)
+    assert _mismatches(srv, ini) == []
+    cs = srv.chain_server(ini.conn)  # type: ignore[arg-type]
+    assert cs.doorbells >= 2
+
+
+def test_deterministic() -> None:
+    a = _run("ideal-be", seed=3)
+    b = _run("ideal-be", seed=3)
+    assert [r.latency_ps for r in a[2]] == [r.latency_ps for r in b[2]]
+    assert a[1].received == b[1].received
+    assert a[0].op_report() == b[0].op_report()
