@@ -5,6 +5,10 @@ occupies it for its wire time (payload plus ``wire_overhead`` octets of headers,
 preamble and gap at the link rate) and arrives ``delay_ps`` after it has left (propagation,
 PHY/FEC and switch latency). Loopback QPs use a NIC-internal direction with the profile's
 loopback rate and latency. Delivery is one simpy timeout per packet.
+
+Connections that share a port (a server's access link) but not their path use
+:meth:`Link.branch`: a link with its own delay whose two directions serialise on the
+port's (``LinkDirection.wire``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ class LinkDirection:
     def wire_ps(self, nbytes: int) -> int:
         return round((nbytes + self.overhead) * self.ps_per_byte)
 
+    def sharing(self, delay_ps: int) -> LinkDirection:
+        """A direction with delay ``delay_ps`` that shares this one's serialiser (its
+        rate, overhead and ``wire``): packets of both queue in one FIFO."""
+        twin = LinkDirection.__new__(LinkDirection)
+        twin.env = self.env
+        twin.ps_per_byte = self.ps_per_byte
+        twin.delay_ps = delay_ps
+        twin.overhead = self.overhead
+        twin.wire = self.wire
+        return twin
+
     def send(self, pkt: Any, deliver: Callable[[Any], None]) -> None:
         """Queue ``pkt``; ``deliver(pkt)`` is called when it arrives at the far end."""
         env = self.env
@@ -57,3 +72,14 @@ class Link:
         delay = round((propagation_ns + switch_ns) * 1000)
         self.a_to_b = LinkDirection(env, "link.tx", gbps, delay, overhead, tracer, names[0])
         self.b_to_a = LinkDirection(env, "link.tx", gbps, delay, overhead, tracer, names[1])
+
+    def branch(self, *, propagation_ns: float, switch_ns: float = 0.0) -> Link:
+        """A link for one more connection through this port: its own delay
+        (``propagation_ns + switch_ns``), and this link's rate, overhead and two
+        serialisers (``a_to_b`` and ``b_to_a``), so every connection branched off one
+        port queues on it in both directions."""
+        delay = round((propagation_ns + switch_ns) * 1000)
+        link = Link.__new__(Link)
+        link.a_to_b = self.a_to_b.sharing(delay)
+        link.b_to_a = self.b_to_a.sharing(delay)
+        return link

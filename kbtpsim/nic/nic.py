@@ -56,6 +56,9 @@ class Nic:
         self._watch: dict[int, list[simpy.Event]] = {}
         self._rings: list[tuple[int, int]] = []  # send-ring address ranges
         self._rng = random.Random(seed)
+        #: address -> (value, token): results of atomics whose posted write to memory is
+        #: not visible yet; the atomic unit forwards them to the next atomic on that address
+        self.atomic_pending: dict[int, tuple[int, object]] = {}
         cyc = p.cycle_ps
         self.doorbell_ps = round(p.doorbell_cycles * cyc)
         self.fetch_ps = round(p.fetch_cycles * cyc)

@@ -440,10 +440,21 @@ class RxSide:
         resp.ready = ev = env.timeout(read - env.now)
 
         def rmw(_e: simpy.Event) -> None:
-            old = nic.host.memory.read_u64(addr, order)  # type: ignore[arg-type]
+            # the atomic unit sees its own earlier results on this address even while
+            # their posted writes are still queued behind other DMA writes
+            pending = nic.atomic_pending.get(addr)
+            old = pending[0] if pending is not None else \
+                nic.host.memory.read_u64(addr, order)  # type: ignore[arg-type]
             new = _ATOMIC[Opcode(pkt.opcode)](old, pkt.operands)
             resp.payload = old.to_bytes(8, order)  # type: ignore[arg-type]
-            self._place(addr, new.to_bytes(8, order))  # type: ignore[arg-type]
+            token = object()
+            nic.atomic_pending[addr] = (new, token)
+
+            def landed() -> None:
+                if nic.atomic_pending.get(addr, (0, None))[1] is token:
+                    del nic.atomic_pending[addr]
+
+            self._place(addr, new.to_bytes(8, order), then=landed)  # type: ignore[arg-type]
 
         ev.callbacks.append(rmw)
         self._send(resp)

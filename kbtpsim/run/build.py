@@ -14,7 +14,6 @@ serialised (the same approximation as :class:`kbtpsim.system.Cluster`).
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +28,7 @@ from kbtpsim.scenario.schema import (
     TargetSpec,
     nic_profile,
 )
-from kbtpsim.system import CpuCosts, Initiator, SoftwareTargetServer, Staging, StagingFull
-from kbtpsim.system.staging import ALIGN
+from kbtpsim.system import CpuCosts, Initiator, SoftwareTargetServer
 from kbtpsim.target import Binding, CounterMode, InitiatorConfig, TargetConfig
 from kbtpsim.units import PS_PER_MS
 from kbtpsim.wire import Feature
@@ -59,6 +57,8 @@ class Port:
     gbps: float
     egress: Unit  #: target -> network
     ingress: Unit  #: network -> target
+    #: the port's link (a_to_b: egress); connections use ``link.branch(...)``
+    link: Link | None = None
 
 
 @dataclass
@@ -119,37 +119,6 @@ def initiator_buffers(e: ExpandedInitiator, tgt: TargetSpec) -> int:
     return max(16 << 20, min(need, 256 << 20))
 
 
-class GapStaging(Staging):
-    """:class:`Staging` whose allocation, when the ring position is taken, uses the
-    first gap large enough instead of failing.
-
-    WORKAROUND (requested of kbtpsim.system): an initiator's completion receive buffers
-    stay allocated at the start of its buffer region, so the plain ring allocator fails
-    (``StagingFull``) at its first wrap-around, however little is outstanding. Installed
-    on each initiator's ``buffers`` before it connects; to be removed once
-    ``Staging.alloc`` skips live pieces itself."""
-
-    def alloc(self, length: int) -> int:
-        n = max(ALIGN, -(-length // ALIGN) * ALIGN)
-        try:
-            return super().alloc(length)
-        except StagingFull:
-            if n > self.size:
-                raise
-        start = 0
-        for off in self._offsets:
-            if off - start >= n:
-                break
-            start = max(start, off + self._live[off])
-        if start + n > self.size:
-            raise StagingFull(f"staging region of {self.size} octets is full "
-                              f"({len(self._live)} pieces outstanding)")
-        self._offsets.insert(bisect_left(self._offsets, start), start)
-        self._live[start] = n
-        self._head = start + n
-        return self.addr + start
-
-
 def target_configs(sc: Scenario) -> tuple[dict[str, TargetConfig],
                                           dict[str, ExpandedInitiator]]:
     """One :class:`TargetConfig` per target, and the expanded initiators by name."""
@@ -207,8 +176,13 @@ def build_graph(sc: Scenario, profiles: dict[str, NicProfile]) -> nx.Graph:
     return g
 
 
-def build(sc: Scenario, *, trace: bool = False) -> System:
-    """The system of ``sc`` (targets, initiators, connections not yet made)."""
+def build(sc: Scenario, *, trace: bool = False, oracle: bool = True) -> System:
+    """The system of ``sc`` (targets, initiators, connections not yet made).
+
+    Initiators keep no :attr:`~kbtpsim.system.Initiator.results` (the driver records each
+    operation as it finishes). Without ``oracle`` the servers keep no log of target calls
+    and the initiators no received messages: only the oracle replays them, and they grow
+    with the run."""
     for i, tgt in enumerate(sc.targets):
         if tgt.mode == "offload":
             raise OffloadUnavailable(("target" if i == 0 else
@@ -224,7 +198,7 @@ def build(sc: Scenario, *, trace: bool = False) -> System:
         costs = CpuCosts(per_op_ns={k: v / 1000 for k, v in tgt.cpu.op_costs.items()})
         servers[tgt.name] = SoftwareTargetServer(
             sim, configs[tgt.name], name=tgt.name, profile=prof, cores=tgt.cpu.cores,
-            costs=costs, staging_bytes=tgt.staging)
+            costs=costs, staging_bytes=tgt.staging, keep_log=oracle)
     initiators: dict[str, Initiator] = {}
     specs = {t.name: t for t in sc.targets}
     for e in expanded.values():
@@ -236,9 +210,8 @@ def build(sc: Scenario, *, trace: bool = False) -> System:
             requested_features=requested_features(e, specs[e.target]),
             completion_credits=e.spec.completion_credits,
             buffer_bytes=initiator_buffers(e, specs[e.target]),
-            counter_mode=CounterMode(specs[e.target].counter_mode))
-        if type(initiators[e.name].buffers) is Staging:
-            initiators[e.name].buffers.__class__ = GapStaging
+            counter_mode=CounterMode(specs[e.target].counter_mode),
+            keep_results=False, keep_received=oracle)
     graph = build_graph(sc, profiles)
     return System(sc, sim, servers, configs, initiators, expanded, graph)
 
@@ -271,12 +244,10 @@ def _link(system: System, ini: str, target: str) -> Link:
     port = system.ports.get(port_name)
     if port is None:
         gbps = g.edges[last]["gbps"]
-        probe = Link(system.env, gbps=gbps, propagation_ns=0, overhead=prof.wire_overhead,
-                     tracer=system.sim.tracer, names=(target, path[-2]))
-        port = Port(port_name, gbps, probe.a_to_b.wire, probe.b_to_a.wire)
+        shared = Link(system.env, gbps=gbps, propagation_ns=0, overhead=prof.wire_overhead,
+                      tracer=system.sim.tracer, names=(target, path[-2]))
+        port = Port(port_name, gbps, shared.a_to_b.wire, shared.b_to_a.wire, shared)
         system.ports[port_name] = port
-    link = Link(system.env, gbps=port.gbps, propagation_ns=delay / 1000,
-                overhead=prof.wire_overhead, tracer=system.sim.tracer, names=(target, ini))
-    link.a_to_b.wire = port.egress  # the target's side: shared by its connections
-    link.b_to_a.wire = port.ingress
-    return link
+    assert port.link is not None
+    # the target's side of the path: its connections share the port's serialisers
+    return port.link.branch(propagation_ns=delay / 1000)

@@ -144,9 +144,6 @@ class Driver:
             self.lost.setdefault(name, str(exc))
         if ini.broken is not None:
             self.lost.setdefault(name, ini.broken)
-        # the recorder has what it needs; Initiator.results would keep every loaded
-        # block alive for the whole run (memory grows with run length x block size)
-        ini.results.clear()
         gen.done(req, status == "OK")
         self.recorder.record(name, op, status, posted, nbytes, fallback)
 

@@ -32,7 +32,7 @@ class RunOutcome:
 def run_scenario(sc: Scenario, *, oracle: bool = False,
                  progress: ProgressFn | None = None) -> RunOutcome:
     """Simulate ``sc``; the results dictionary is deterministic (no wall time)."""
-    system = build(sc)
+    system = build(sc, oracle=oracle)
     env = system.env
     env.run(until=connect_all(system))
     t0 = int(env.now)

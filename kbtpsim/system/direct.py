@@ -8,6 +8,7 @@ runs on the connection QP; a refused access raises :class:`RdmaError`.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import replace
 from typing import Any
@@ -29,6 +30,45 @@ from kbtpsim.wire import CONSUMED, Completion, HelloAck, RingSlot, Status, Table
 
 Gen = Generator[simpy.Event, Any, Any]
 
+_OTHER = {"target": "fetch_add", "fetch_add": "target"}
+
+
+class HeadGate:
+    """Keeps the two users of an initiator's DIRECT_ALLOC Head disjoint in time
+    (docs/decisions.md, S1): the target's CPU, which takes a ticket with a read-modify-write
+    of the Head for this initiator's ALLOC_STORE (``"target"``: from sending the request to
+    its completion), and this initiator's own FetchAdds through the NIC (``"fetch_add"``:
+    from posting to the CQE). A CPU's read-modify-write and a NIC atomic on the same word
+    are not atomic with respect to each other, so one kind waits while the other is in
+    flight; waiters are admitted in arrival order, a run of the same kind together."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.busy = {"target": 0, "fetch_add": 0}
+        self._queue: deque[tuple[str, simpy.Event]] = deque()
+        #: how many entries had to wait for the other kind
+        self.waits = 0
+
+    def enter(self, kind: str) -> Gen:
+        """Process helper: wait until ``kind`` may use the Head, and count it in."""
+        if self.busy[_OTHER[kind]] or self._queue:
+            ev = self.env.event()
+            self._queue.append((kind, ev))
+            self.waits += 1
+            yield ev  # admitted by leave(), already counted in
+        else:
+            self.busy[kind] += 1
+
+    def leave(self, kind: str) -> None:
+        self.busy[kind] -= 1
+        if self.busy[kind] or not self._queue:
+            return
+        first = self._queue[0][0]
+        while self._queue and self._queue[0][0] == first:
+            k, ev = self._queue.popleft()
+            self.busy[k] += 1
+            ev.succeed()
+
 
 class DirectModes:
     """One-sided operations of an initiator (mixed into ``Initiator``)."""
@@ -43,6 +83,7 @@ class DirectModes:
     results: list[OpResult]
     bound: set[int]
     tickets: int
+    head_gate: HeadGate
     _wr_ids: Iterator[int]
     _wrs: dict[int, Any]
 
@@ -171,7 +212,11 @@ class DirectModes:
                 fetch_add = WorkRequest(Opcode.FETCH_ADD, sge, WqeFlags.SIGNALED,
                                         remote_addr=ack.head.tagged_offset,
                                         rkey=ack.head.stag, swap_add=UNMASKED_ADD_DATA)
-            yield from self._one_sided(fetch_add, "FetchAdd on Head")
+            yield from self.head_gate.enter("fetch_add")
+            try:
+                yield from self._one_sided(fetch_add, "FetchAdd on Head")
+            finally:
+                self.head_gate.leave("fetch_add")
             word = int.from_bytes(self.nic.host.memory.read(buf, 8),
                                   self.nic.profile.atomic_byte_order)  # type: ignore[arg-type]
             if self.counter_mode is CounterMode.MASKED:
@@ -264,4 +309,4 @@ class DirectModes:
         return cqe
 
 
-__all__ = ["DirectModes"]
+__all__ = ["DirectModes", "HeadGate"]

@@ -49,8 +49,14 @@ from kbtpsim.nic import (
     WqeFlags,
 )
 from kbtpsim.nic.qpstate import QpState
-from kbtpsim.system.direct import DirectModes
-from kbtpsim.system.results import ConnectionLost, HelloRejected, OpResult, RdmaError
+from kbtpsim.system.direct import DirectModes, HeadGate
+from kbtpsim.system.results import (
+    ConnectionLost,
+    Discard,
+    HelloRejected,
+    OpResult,
+    RdmaError,
+)
 from kbtpsim.system.staging import Staging
 from kbtpsim.target.config import CounterMode
 from kbtpsim.wire import (
@@ -92,13 +98,17 @@ class Initiator(DirectModes):
     ``seed`` seeds the Initiator ID (unless ``initiator_id`` is given);
     ``completion_credits`` receive buffers are posted for completions;
     ``buffer_bytes`` bounds the data buffers outstanding at once.
+    ``keep_results=False`` does not keep :attr:`results` (every result, loaded data
+    included, for the whole run; each operation's process still returns its result),
+    ``keep_received=False`` does not keep :attr:`received` (only oracle checks use it).
     """
 
     def __init__(self, sim: Simulation, name: str, *, profile: str | NicProfile = "cx5",
                  seed: int = 0, initiator_id: bytes | None = None,
                  requested_features: Feature = NO_FEATURES, completion_credits: int = 64,
                  buffer_bytes: int = 256 << 20,
-                 counter_mode: CounterMode = CounterMode.MASKED) -> None:
+                 counter_mode: CounterMode = CounterMode.MASKED, keep_results: bool = True,
+                 keep_received: bool = True) -> None:
         self.sim = sim
         self.env = sim.env
         self.name = name
@@ -134,10 +144,15 @@ class Initiator(DirectModes):
         #: taken and not yet bound: its usage of the Allocation Quota
         self.bound: set[int] = set()
         self.tickets = 0
-        #: every finished operation, in completion order (for metrics)
-        self.results: list[OpResult] = []
-        #: every message received (HELLO_ACK, COMPLETION), in arrival order
-        self.received: list[bytes] = []
+        #: keeps the target's ALLOC_STOREs and this initiator's FetchAdds on its Head
+        #: disjoint in time (DIRECT_ALLOC sessions; docs/decisions.md, S1)
+        self.head_gate = HeadGate(self.env)
+        #: every finished operation, in completion order (for metrics); always empty
+        #: with ``keep_results=False``
+        self.results: list[OpResult] = [] if keep_results else Discard()
+        #: every message received (HELLO_ACK, COMPLETION), in arrival order; always
+        #: empty with ``keep_received=False``
+        self.received: list[bytes] = [] if keep_received else Discard()
         self.env.process(self._poller())
 
     @staticmethod
@@ -248,8 +263,8 @@ class Initiator(DirectModes):
                     seal: bool = False, invalidate: bool = True,
                     record: bool = False) -> simpy.Process:
         """Process: ALLOC_STORE (Block Unmapped Store) of ``data`` to unbound ``handle``."""
-        return self.env.process(self._store(AllocStore, handle, data, 0, inline, seal,
-                                            invalidate, record))
+        return self.env.process(self._store_gated(AllocStore, handle, data, 0, inline, seal,
+                                                  invalidate, record))
 
     def _store(self, cls: type[Store] | type[AllocStore], handle: int, data: bytes,
                generation: int, inline: bool | None, seal: bool, invalidate: bool,
@@ -276,6 +291,23 @@ class Initiator(DirectModes):
 
         return (yield from self._rpc(op, handle, build, length=len(data),
                                      access=Access.REMOTE_READ, source=data, record=record))
+
+    def _store_gated(self, cls: type[Store] | type[AllocStore], handle: int, data: bytes,
+                     generation: int, inline: bool | None, seal: bool, invalidate: bool,
+                     record: bool) -> Gen:
+        """An ALLOC_STORE in a DIRECT_ALLOC session takes its ticket with the target CPU's
+        read-modify-write of this initiator's Head: not while a FetchAdd of ours is in
+        flight (:class:`~kbtpsim.system.direct.HeadGate`)."""
+        ack = self._session()
+        if cls is not AllocStore or ack.head is None:
+            return (yield from self._store(cls, handle, data, generation, inline, seal,
+                                           invalidate, record))
+        yield from self.head_gate.enter("target")
+        try:
+            return (yield from self._store(cls, handle, data, generation, inline, seal,
+                                           invalidate, record))
+        finally:
+            self.head_gate.leave("target")
 
     def free(self, handle: int, generation: int = 0, *, record: bool = False) -> simpy.Process:
         """Process: FREE ``handle``."""

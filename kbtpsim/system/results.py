@@ -37,6 +37,24 @@ class HelloRejected(Exception):
         return f"HELLO rejected: {name}"
 
 
+class Discard(list):  # type: ignore[type-arg]
+    """A list that keeps nothing: what ``Initiator.results`` / ``received`` and
+    ``SoftwareTargetServer.log`` become when they are not kept (long runs without an
+    oracle). Appends, extends and ``+=`` are accepted and dropped."""
+
+    def append(self, item: object) -> None:
+        pass
+
+    def extend(self, items: object) -> None:
+        pass
+
+    def insert(self, index: object, item: object) -> None:
+        pass
+
+    def __iadd__(self, items: object) -> Discard:  # type: ignore[override]
+        return self
+
+
 @dataclass(frozen=True, slots=True)
 class OpResult:
     """One finished operation. Times are ps; ``completion`` is None only for GOODBYE."""
@@ -70,4 +88,4 @@ class OpResult:
         return self.latency_ps / 1000
 
 
-__all__ = ["ConnectionLost", "HelloRejected", "OpResult", "RdmaError"]
+__all__ = ["ConnectionLost", "Discard", "HelloRejected", "OpResult", "RdmaError"]

@@ -66,6 +66,7 @@ from kbtpsim.nic import (
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.qpstate import QpState
 from kbtpsim.system.cpu import CpuCosts, TargetCpu
+from kbtpsim.system.results import Discard
 from kbtpsim.system.staging import Staging
 from kbtpsim.target import (
     Effect,
@@ -140,13 +141,15 @@ class SoftwareTargetServer:
     ``sim`` is a :class:`~kbtpsim.nic.Simulation`. ``direct`` (default: whether any
     initiator is offered a direct mode) puts the target's structures in host memory and
     exposes them through the NIC. ``staging_bytes`` bounds data in flight (outgoing LOAD
-    data and bounce buffers together).
+    data and bounce buffers together). ``keep_log=False`` keeps neither :attr:`log` nor
+    the connections' ``received`` (only the oracle's :func:`replay` needs them; they grow
+    with the run).
     """
 
     def __init__(self, sim: Simulation, config: TargetConfig, *, name: str = "target",
                  profile: str | NicProfile = "cx5", cores: int = 1, costs: CpuCosts | None = None,
                  direct: bool | None = None, staging_bytes: int = 256 << 20,
-                 base_addr: int = 0x40_0000_0000) -> None:
+                 base_addr: int = 0x40_0000_0000, keep_log: bool = True) -> None:
         self.sim = sim
         self.env = sim.env
         self.config = config
@@ -182,7 +185,8 @@ class SoftwareTargetServer:
             self._register_direct()
         #: every target call in order, ``now`` last: ("connect", conn), ("handle", conn,
         #: data), ("read", token, data), ("advance",), ("disconnect", conn) -- see replay()
-        self.log: list[tuple[Any, ...]] = []
+        self.keep_log = keep_log
+        self.log: list[tuple[Any, ...]] = [] if keep_log else Discard()
         self._timer_wake = self.env.event()
         self.env.process(self._poller())
         self.env.process(self._timer())
@@ -238,7 +242,8 @@ class SoftwareTargetServer:
                                 rq_depth=credits + 2)
         connect(qp, peer, link)
         conn = ServerConnection(next(self._conn_ids), qp, name or f"conn{qp.qpn}",
-                                REQUEST_OVERHEAD + self.config.max_inline)
+                                REQUEST_OVERHEAD + self.config.max_inline,
+                                received=[] if self.keep_log else Discard())
         self.connections[conn.conn_id] = conn
         self.log.append(("connect", conn.conn_id, self.sim.now))
         self.target.connect(conn.conn_id, self.sim.now)
@@ -348,17 +353,31 @@ class SoftwareTargetServer:
         self._poke_timer()
         return out
 
-    def _observe_heads(self, now: int) -> None:
+    def _observe_heads(self, now: int) -> int:
         """Tell the target of DIRECT_ALLOC tickets that initiators' FetchAdds took on their
         Head (visible in memory, unknown to it) since the last call:
-        ``Target.ticket_taken`` starts their Ticket Timeout at ``now``."""
+        ``Target.ticket_taken`` starts their Ticket Timeout at ``now``. Returns how many."""
+        taken = 0
         for name, (sess, ring) in self._direct_rings.items():
             head = ring.head_ticket
             seen = self._heads[name]
             for k in range((head - seen) & 0xFFFF_FFFF):
                 self.log.append(("fetch_add", sess.connection_id, now))
                 self.target.ticket_taken(name, (seen + k) & 0xFFFF_FFFF, now)
+                taken += 1
             self._heads[name] = head
+        return taken
+
+    def observe_heads(self) -> int:
+        """Bring the target's ticket bookkeeping up to date with the DIRECT_ALLOC Heads in
+        memory now (:meth:`_observe_heads`); the number of new tickets. The server does
+        this whenever a NIC write to a Head becomes visible and before every target call;
+        call it before inspecting ``target`` if the simulation stopped at the very instant
+        of a Head write (before the server's watch ran)."""
+        taken = self._observe_heads(int(self.env.now)) if self._heads else 0
+        if taken:
+            self._poke_timer()
+        return taken
 
     def post_recv(self, conn: ServerConnection, addr: int) -> None:
         """Post one request receive buffer at ``addr`` (``conn.recv_size`` octets)."""
@@ -533,13 +552,16 @@ class SoftwareTargetServer:
             self.nic.invalidate(self.nic_stag(eff.stag))
 
     def _watch_head(self, head_addr: int) -> Gen:
-        """A polling core notices an initiator's FetchAdd on a Head counter (a NIC
-        write to it) and tells the target, which starts the ticket's timeout."""
+        """An initiator's FetchAdd on a Head counter (a NIC write to it) is recorded by
+        the target's bookkeeping the moment the write is visible (:meth:`observe_heads`:
+        ``Target.ticket_taken`` starts the ticket's timeout), so the target's state never
+        lags the Head in memory (docs/decisions.md, S1); the polling core that notices
+        the write is charged ``cpu_poll_ns`` + ``DIRECT`` afterwards."""
         cost = self.cpu.poll_ps + self.cpu.costs.op_ps("DIRECT")
         while True:
             yield self.nic.watch(head_addr)
-            self.env.process(self.run_on_cpu(
-                "DIRECT", lambda now: self._call(("observe",), now), cost))
+            self.observe_heads()
+            self.env.process(self.run_on_cpu("DIRECT", lambda now: [], cost))
 
     def _poke_timer(self) -> None:
         if not self._timer_wake.triggered:

@@ -4,7 +4,8 @@ A software endpoint copies what it sends (a completion, a LOAD's data) into a re
 buffer and RDMA-reads non-inline store data into one. :class:`Staging` hands out pieces of
 one registered region in ring order and takes them back when their work request completes,
 so a long run touches a bounded number of host pages (the model's memory is sparse, but
-pages once written stay).
+pages once written stay). A piece still allocated where the ring comes round (a receive
+buffer that stays posted) is skipped: the next free gap that fits is used.
 """
 
 from __future__ import annotations
@@ -37,22 +38,37 @@ class Staging:
         return self.mr.lkey
 
     def alloc(self, length: int) -> int:
-        """An address of ``length`` free octets (length 0 gets a 1-octet piece)."""
+        """An address of ``length`` free octets (length 0 gets a 1-octet piece): at the
+        ring position if it is free, else in the first free gap after it, else in the
+        first free gap from the start of the region (pieces that stay allocated for long,
+        such as receive buffers, are skipped); :class:`StagingFull` if no gap fits."""
         n = max(ALIGN, -(-length // ALIGN) * ALIGN)
         if n > self.size:
             raise StagingFull(f"{length} octets exceed the staging region ({self.size})")
-        start = self._head if self._head + n <= self.size else 0
-        end = start + n
-        offs = self._offsets
-        i = bisect_left(offs, start)
-        if (i < len(offs) and offs[i] < end) or (i and offs[i - 1] + self._live[offs[i - 1]]
-                                                 > start):
+        head = self._head if self._head + n <= self.size else 0
+        start = self._gap(head, n)
+        if start is None and head:
+            start = self._gap(0, n)
+        if start is None:
             raise StagingFull(f"staging region of {self.size} octets is full "
                               f"({len(self._live)} pieces outstanding)")
-        offs.insert(i, start)
+        self._offsets.insert(bisect_left(self._offsets, start), start)
         self._live[start] = n
-        self._head = end
+        self._head = start + n
         return self.addr + start
+
+    def _gap(self, lo: int, n: int) -> int | None:
+        """The offset of the first ``n`` free octets at or after ``lo``, or None."""
+        offs, live = self._offsets, self._live
+        i = bisect_left(offs, lo)
+        start = lo
+        if i and offs[i - 1] + live[offs[i - 1]] > start:
+            start = offs[i - 1] + live[offs[i - 1]]
+        for off in offs[i:]:
+            if off - start >= n:
+                return start
+            start = max(start, off + live[off])
+        return start if start + n <= self.size else None
 
     def free(self, addr: int) -> None:
         off = addr - self.addr

@@ -13,12 +13,13 @@ from kbtpsim.nic import (
     QpState,
     RingFull,
     Sge,
+    Simulation,
     WcOpcode,
     WcStatus,
     WorkRequest,
     WqeFlags,
 )
-from tests.nic.conftest import Pair, make_pair
+from tests.nic.conftest import ALL, Pair, make_pair
 
 S = WqeFlags.SIGNALED
 
@@ -323,3 +324,36 @@ def test_wqe_checks_reject_a_foreign_qpn() -> None:
     p.qa.ring_doorbell()
     p.run()
     assert [c.status for c in p.cqa.poll()] == [WcStatus.SUCCESS, WcStatus.LOC_QP_OP_ERR]
+
+
+def test_same_address_fetch_adds_behind_queued_writes_return_distinct_values() -> None:
+    """Atomicity: a FetchAdd's result is forwarded to the next atomic on the address even
+    while its posted write to memory waits behind other DMA writes (found by the scenario
+    oracle: two DIRECT_ALLOC FetchAdds on one Head returned the same ticket)."""
+    sim = Simulation()
+    a, b = sim.add_nic("a", "cx5"), sim.add_nic("b", "cx5")
+    size = 1 << 21
+    bufa, bufb = a.host.alloc(size, 4096), b.host.alloc(size, 4096)
+    mra, mrb = a.register_mr(bufa, size, ALL), b.register_mr(bufb, size, ALL)
+    qps = []
+    for _ in range(4):
+        cqa, cqb = a.create_cq(4096), b.create_cq(4096)
+        qa, qb = a.create_qp(cqa, cqa), b.create_qp(cqb, cqb)
+        sim.connect(qa, qb)
+        qps.append(qa)
+    counter = bufb  # the shared word; large WRITEs elsewhere keep b's DMA writes queued
+    for i, qp in enumerate(qps):
+        if i == 0:
+            qp.post_send(WorkRequest(Opcode.RDMA_WRITE, (Sge(bufa + 4096, 1 << 20, mra.lkey),),
+                                     remote_addr=bufb + 4096, rkey=mrb.rkey))
+        for k in range(8):
+            qp.post_send(WorkRequest(Opcode.FETCH_ADD, (Sge(bufa + 64 * (8 * i + k), 8,
+                                                             mra.lkey),),
+                                     WqeFlags.SIGNALED, remote_addr=counter, rkey=mrb.rkey,
+                                     swap_add=1))
+        qp.ring_doorbell()
+    sim.run()
+    olds = sorted(int.from_bytes(a.host.memory.read(bufa + 64 * j, 8), "big")
+                  for j in range(32))
+    assert olds == list(range(32))
+    assert b.host.memory.read_u64(counter, "big") == 32
