@@ -35,7 +35,6 @@ from kbtpsim.chains.server import OffloadedTargetServer
 from kbtpsim.nic import Access, Opcode, Sge, Simulation, WcOpcode, WcStatus, WorkRequest
 from kbtpsim.nic.profiles import get_profile
 from kbtpsim.system.server import ServerConnection
-from kbtpsim.target.config import PS_PER_MS
 from kbtpsim.target.effects import InvalidateStag, SendMessage
 from kbtpsim.target.replay import _op_label, _Runner
 from kbtpsim.target.script import ScriptError, Step, load_script
@@ -216,53 +215,40 @@ class _ChainRunner(_Runner):
         self._close(conn)
         self.conn[name] = None
 
-    def _do(self, step: Step) -> None:
+    # --- hooks of the software runner's step dispatch: the same steps over the NICs -------
+
+    def _sync_clock(self) -> None:
         self.now = int(self.env.now)
-        if step.advance_ms is not None:
-            self._settle(step.advance_ms * PS_PER_MS)
-            return
-        name = step.initiator
-        assert name is not None and step.op is not None
-        if step.op == "HELLO":
-            self._hello(name)
-            return
-        conn = self.conn[name]
-        if conn is None:
-            raise ScriptError(f"initiator {name!r} is not connected (add a HELLO step)")
-        if step.op == "DISCONNECT":
-            self._disconnect(name, conn)
-        elif step.op == "READ_SLOT":
-            try:
-                self.server.read_slot(self.sconns[conn])
-            except ValueError:
-                raise ScriptError(f"{name!r} has no allocation held by TAKE_TICKET") from None
-            self._settle()
-        elif step.op == "DIRECT_ALLOC":
-            self._direct_alloc(name, conn, step)
-            self.server._poke_timer()  # the ticket's timeout is a deadline now
-            self._settle()
-        elif step.op == "RAW":
-            payload = step.payload or b""
-            if len(payload) >= 12:
-                rid = int.from_bytes(payload[4:12], "big")
-                self._requests[(conn, rid)] = (self._step, "RAW")
-            self._send(conn, payload)
-            self._settle()
-        else:
-            msg = self._build(name, conn, step)
-            if isinstance(msg, Goodbye):
-                self._send(conn, encode(msg, self._addr_le(conn)))
-                self._settle()
-                self._disconnect(name, conn)
-                return
-            if msg.flags & RequestFlag.RECORD:
-                raise ScriptError("RECORD completions are not supported by --target chain")
-            msg = self._expose(conn, msg)
-            self._requests[(conn, msg.request_id)] = (self._step, _op_label(step.op))
-            if step.op == "TAKE_TICKET":
-                self.server.hold_next_allocation(self.sconns[conn])
-            self._send(conn, encode(msg, self._addr_le(conn)))
-            self._settle()
+
+    def _advance(self, ps: int) -> None:
+        self._settle(ps)
+
+    def _read_slot(self, conn: int) -> None:
+        self.server.read_slot(self.sconns[conn])
+        self._settle()
+
+    def _direct_alloc_step(self, name: str, conn: int, step: Step) -> None:
+        self._direct_alloc(name, conn, step)
+        self.server._poke_timer()  # the ticket's timeout is a deadline now
+        self._settle()
+
+    def _send_raw(self, conn: int, payload: bytes) -> None:
+        self._send(conn, payload)
+        self._settle()
+
+    def _send_goodbye(self, conn: int, msg: Goodbye) -> None:
+        self._send(conn, encode(msg, self._addr_le(conn)))
+        self._settle()
+
+    def _send_request(self, conn: int, step: Step, msg: Message) -> None:
+        if msg.flags & RequestFlag.RECORD:
+            raise ScriptError("RECORD completions are not supported by --target chain")
+        msg = self._expose(conn, msg)
+        self._requests[(conn, msg.request_id)] = (self._step, _op_label(step.op))
+        if step.op == "TAKE_TICKET":
+            self.server.hold_next_allocation(self.sconns[conn])
+        self._send(conn, encode(msg, self._addr_le(conn)))
+        self._settle()
 
     def _expose(self, conn: int, msg: Message) -> Message:
         """Give a Data Descriptor naming initiator memory a real window (TO 0)."""

@@ -175,9 +175,11 @@ class _Runner:
         return self.lines
 
     def _do(self, step: Step) -> None:
+        """One step: the dispatch is shared; the hooks below carry it out (a runner on
+        another target, such as the chain replay, overrides the hooks only)."""
+        self._sync_clock()
         if step.advance_ms is not None:
-            self.now += step.advance_ms * PS_PER_MS
-            self._run_effects(self.target.advance(self.now))
+            self._advance(step.advance_ms * PS_PER_MS)
             return
         name = step.initiator
         assert name is not None and step.op is not None
@@ -191,27 +193,51 @@ class _Runner:
             self._disconnect(name, conn)
         elif step.op == "READ_SLOT":
             try:
-                effects = self.target.read_slot(conn, self.now)
+                self._read_slot(conn)
             except ValueError:
                 raise ScriptError(f"{name!r} has no allocation held by TAKE_TICKET") from None
-            self._run_effects(effects)
         elif step.op == "DIRECT_ALLOC":
-            self._direct_alloc(name, conn, step)
+            self._direct_alloc_step(name, conn, step)
         elif step.op == "RAW":
             payload = step.payload or b""
             if len(payload) >= 12:
                 rid = int.from_bytes(payload[4:12], "big")
                 self._requests[(conn, rid)] = (self._step, "RAW")
-            self._run_effects(self.target.handle(conn, payload, self.now))
+            self._send_raw(conn, payload)
         else:
             msg = self._build(name, conn, step)
             if isinstance(msg, Goodbye):
-                self._run_effects(self.target.handle_message(conn, msg, self.now))
+                self._send_goodbye(conn, msg)
                 self._disconnect(name, conn)
                 return
-            self._requests[(conn, msg.request_id)] = (self._step, _op_label(step.op))
-            self._run_effects(self.target.handle_message(
-                conn, msg, self.now, hold_after_ticket=step.op == "TAKE_TICKET"))
+            self._send_request(conn, step, msg)
+
+    # --- hooks: how a step reaches the software target ---------------------------------
+
+    def _sync_clock(self) -> None:
+        """Bring ``self.now`` up to date (the software target's clock only moves by steps)."""
+
+    def _advance(self, ps: int) -> None:
+        self.now += ps
+        self._run_effects(self.target.advance(self.now))
+
+    def _read_slot(self, conn: int) -> None:
+        """The held allocation reads its slot; ValueError if none is held."""
+        self._run_effects(self.target.read_slot(conn, self.now))
+
+    def _direct_alloc_step(self, name: str, conn: int, step: Step) -> None:
+        self._direct_alloc(name, conn, step)
+
+    def _send_raw(self, conn: int, payload: bytes) -> None:
+        self._run_effects(self.target.handle(conn, payload, self.now))
+
+    def _send_goodbye(self, conn: int, msg: Goodbye) -> None:
+        self._run_effects(self.target.handle_message(conn, msg, self.now))
+
+    def _send_request(self, conn: int, step: Step, msg: Message) -> None:
+        self._requests[(conn, msg.request_id)] = (self._step, _op_label(step.op))
+        self._run_effects(self.target.handle_message(
+            conn, msg, self.now, hold_after_ticket=step.op == "TAKE_TICKET"))
 
     def _hello(self, name: str) -> None:
         ini = self.script.initiators[name]
