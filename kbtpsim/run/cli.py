@@ -151,23 +151,3 @@ def add_run_parsers(subparsers: Any) -> None:
     p.add_argument("-o", "--output", metavar="FIG.png", default="kbtpsim.png",
                    help="figure file (default: kbtpsim.png)")
     p.set_defaults(func=_cmd_plot)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (until kbtpsim/cli.py registers these): ``python -m
-    kbtpsim.run.cli run scenarios/quickstart.yaml``."""
-    parser = argparse.ArgumentParser(prog="kbtpsim")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_run_parsers(sub)
-    args = parser.parse_args(argv)
-    if not hasattr(args, "func"):
-        parser.print_help()
-        return EXIT_USAGE
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

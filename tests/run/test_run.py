@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kbtpsim.run.cli import main
+from kbtpsim.cli import main
 from kbtpsim.run.results import RESULTS, TIMESERIES
 from kbtpsim.run.runner import run_scenario
 from kbtpsim.scenario import scenario_from_dict

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbtpsim.run.cli import main
+from kbtpsim.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"

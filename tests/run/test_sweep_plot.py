@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kbtpsim.run.cli import add_run_parsers, main
+from kbtpsim.cli import main
+from kbtpsim.run.cli import add_run_parsers
 from kbtpsim.run.sweep import load_sweep, run_sweep
 from kbtpsim.scenario import ScenarioError
 
