@@ -213,7 +213,7 @@ def test_results_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
     outs = []
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        subprocess.run([sys.executable, "-m", "kbtpsim.run.cli", "run", str(p), "-q", "-o",
+        subprocess.run([sys.executable, "-m", "kbtpsim.cli", "run", str(p), "-q", "-o",
                         str(tmp_path / hash_seed)], check=True, env=env, cwd=REPO)
         outs.append((tmp_path / hash_seed / RESULTS).read_bytes())
     assert outs[0] == outs[1]
