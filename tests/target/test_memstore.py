@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -22,11 +21,8 @@ from kbtpsim.target.bytestore import ByteStore, SparseBytes
 from kbtpsim.target.layout import TargetLayout
 from kbtpsim.target.memstore import MemBlockTable, MemFreeRing, MemPool
 from kbtpsim.wire import (
-    AllocStore,
-    DataDescriptor,
     EntryFlag,
     Feature,
-    RequestFlag,
     RingSlot,
     Status,
     TableEntry,
@@ -36,8 +32,9 @@ from . import harness, test_interleaving, test_stateful
 from .harness import BS, OK, completions, ini, loaded_data
 
 ROOT = Path(__file__).resolve().parents[2]
-STORES: dict[str, Callable[[], ByteStore]] = {"SparseBytes": SparseBytes,
-                                               "SparseMemory": SparseMemory}
+#: Stores the memory-backed target is run on (SparseBytes is kbtpsim.sparse.SparseMemory,
+#: the NIC host's memory, so one entry covers both).
+STORES: dict[str, Callable[[], ByteStore]] = {"SparseMemory": SparseMemory}
 
 
 # --- byte-level view of a target ----------------------------------------------------
@@ -326,40 +323,6 @@ def test_nothing_is_written_up_front() -> None:
     assert store.pages_touched == 0
     assert isinstance(target.pool, MemPool) and isinstance(target.table, MemBlockTable)
     assert all(isinstance(r, MemFreeRing) for r in target.rings)
-
-
-@pytest.mark.parametrize("store_name", sorted(STORES))
-def test_sparse_memory_backed_target(store_name: str) -> None:
-    """The 2^25-block, 32 KiB target of test_memory.py, memory-backed: well under 1 GiB."""
-    blocks, stores = 1 << 25, 10_000
-    tracemalloc.start()
-    try:
-        config = TargetConfig(blocks=blocks, block_size=32 * 1024,
-                              initiators=(ini("big", stores, 0, count=1 << 24),))
-        store = STORES[store_name]()
-        target = Target(config, store=store)
-        target.connect(1, 0)
-        client = harness.Client(target, "big", 1)
-        client.hello()
-        payload = bytes(range(256)) * 16
-        for h in range(stores):
-            msg = AllocStore(flags=RequestFlag.INLINE, request_id=h, handle=h,
-                             data_descriptor=DataDescriptor(0, 0, len(payload)),
-                             inline_data=payload)
-            (effect,) = client.send(msg)
-            assert effect.message.status is Status.OK
-        target.check_invariant()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    stats = target.stats()
-    assert stats.pool_blocks_materialized == stores
-    assert stats.rings[0].available == blocks - stores
-    assert target.table.get(stores - 1).valid
-    assert loaded_data(client.load(stores - 1, 4096)) == payload
-    print(f"\nmemory-backed ({store_name}) 2^25 blocks, {stores} stores of 4 KiB: "
-          f"peak {peak / 2**20:.1f} MiB, {store.pages_touched} pages")  # type: ignore[attr-defined]
-    assert peak < (1 << 30) // 8
 
 
 # --- SparseBytes -------------------------------------------------------------------------
