@@ -14,16 +14,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kbtpsim import __version__
+from kbtpsim.usage import EXIT_USAGE, fail
 from kbtpsim.wire import DecodeError, decode, encode
 from kbtpsim.wire.jsonform import JsonFormError, from_json, to_json
-
-EXIT_USAGE = 2
-
-
-def fail(message: str) -> int:
-    """Print a one-line user error and return the usage exit status."""
-    print(f"kbtpsim: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def _cmd_decode(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ User errors print ``kbtpsim: error: ...`` on stderr and return 2.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from kbtpsim.chains.compiler import OPERATIONS, VARIANTS
@@ -18,16 +17,14 @@ from kbtpsim.chains.plan import decide, decide_op
 from kbtpsim.chains.render import draw, explain, show
 from kbtpsim.chains.replay import replay_chain_main
 from kbtpsim.nic.profiles import PROFILES, get_profile
+from kbtpsim.usage import EXIT_USAGE
+from kbtpsim.usage import fail as _fail
 
 __all__ = ["add_chains_parser", "replay_chain_main"]
 
-EXIT_USAGE = 2
 _OPS = ("LOAD", "STORE", "ALLOC_STORE")
 
 
-def _fail(message: str) -> int:
-    print(f"kbtpsim: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def _args(args: argparse.Namespace) -> tuple[str, Any] | str:

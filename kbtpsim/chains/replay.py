@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Generator
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from kbtpsim.system.server import ServerConnection
 from kbtpsim.target.effects import InvalidateStag, SendMessage
 from kbtpsim.target.replay import _op_label, _Runner
 from kbtpsim.target.script import ScriptError, Step, load_script
+from kbtpsim.usage import fail as _fail
 from kbtpsim.wire import (
     AllocStore,
     Completion,
@@ -54,7 +54,6 @@ from kbtpsim.wire import (
 )
 from kbtpsim.wire.constants import Feature
 
-EXIT_USAGE = 2
 #: simulated time each step is given to settle (every profile's slowest request is < 30 us)
 SETTLE_PS = 200_000_000
 RECV_SIZE = 512
@@ -296,9 +295,6 @@ def replay_chain_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"kbtpsim: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 __all__ = ["SETTLE_PS", "replay_chain_main", "run_chain_replay"]

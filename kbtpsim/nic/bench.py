@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import statistics
-import sys
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -36,6 +35,7 @@ from kbtpsim.nic.protection import Access
 from kbtpsim.nic.qp import QueuePair
 from kbtpsim.nic.sim import Simulation
 from kbtpsim.nic.wqe import Opcode, Sge, WorkRequest, WqeFlags
+from kbtpsim.usage import fail
 
 Row = dict[str, Any]
 SIZES = (64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)
@@ -285,9 +285,7 @@ def format_table(rows: list[Row]) -> str:
 def _nicbench_main(args: argparse.Namespace) -> int:
     if args.nic not in PROFILES:
         known = ", ".join(sorted(PROFILES))
-        print(f"kbtpsim: error: unknown NIC profile {args.nic!r} (known: {known})",
-              file=sys.stderr)
-        return 2
+        return fail(f"unknown NIC profile {args.nic!r} (known: {known})")
     rows = run_nicbench(args.nic, quick=args.quick)
     if args.json:
         print(json.dumps(rows, indent=2))

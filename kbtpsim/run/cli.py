@@ -11,13 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-EXIT_USAGE = 2
+from kbtpsim.usage import fail as _fail
+
 EXIT_DIVERGED = 1
-
-
-def _fail(message: str) -> int:
-    print(f"kbtpsim: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from kbtpsim.target.effects import (
 )
 from kbtpsim.target.processor import Target
 from kbtpsim.target.script import Script, ScriptError, Step, load_script
+from kbtpsim.usage import fail as _fail
 from kbtpsim.wire import (
     AllocStore,
     Bind,
@@ -46,7 +46,6 @@ from kbtpsim.wire import (
 )
 from kbtpsim.wire.constants import Feature, status_of
 
-EXIT_USAGE = 2
 _RECORD_STAG = 0xC000_0000  # | request id: the runner's completion record buffers
 
 
@@ -378,9 +377,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"kbtpsim: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 def add_replay_parser(subparsers: Any) -> None:
