@@ -15,6 +15,7 @@ is written (the default).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -170,6 +171,16 @@ class CompletionQueue:
                     ev = self.reach(self.count + 1)
                     yield ev
         return got
+
+    def serve(self, handle: Callable[[Cqe], None], batch: int = 64):  # type: ignore[no-untyped-def]
+        """Process helper: forever poll up to ``batch`` CQEs and pass each to ``handle``,
+        waiting when none is visible (a CPU's completion-polling loop)."""
+        while True:
+            cqes = self.poll(batch)
+            if not cqes:
+                cqes = yield from self.wait(1)
+            for cqe in cqes:
+                handle(cqe)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -153,7 +153,7 @@ class Initiator(DirectModes):
         #: every message received (HELLO_ACK, COMPLETION), in arrival order; always
         #: empty with ``keep_received=False``
         self.received: list[bytes] = [] if keep_received else Discard()
-        self.env.process(self._poller())
+        self.env.process(self.cq.serve(self._dispatch))
 
     @staticmethod
     def random_id(seed: int, name: str) -> bytes:
@@ -458,15 +458,6 @@ class Initiator(DirectModes):
         wr_id = next(self._wr_ids)
         self._recv_bufs[wr_id] = addr
         self.qp.post_recv([Sge(addr, RECV_SIZE, self.buffers.lkey)], wr_id)
-
-    def _poller(self) -> Gen:
-        cq = self.cq
-        while True:
-            cqes = cq.poll(64)
-            if not cqes:
-                cqes = yield from cq.wait(1)
-            for cqe in cqes:
-                self._dispatch(cqe)
 
     def _dispatch(self, cqe: Cqe) -> None:
         current = self.qp is not None and cqe.qpn == self.qp.qpn

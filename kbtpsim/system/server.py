@@ -188,7 +188,7 @@ class SoftwareTargetServer:
         self.keep_log = keep_log
         self.log: list[tuple[Any, ...]] = [] if keep_log else Discard()
         self._timer_wake = self.env.event()
-        self.env.process(self._poller())
+        self.env.process(self.cq.serve(self._dispatch))
         self.env.process(self._timer())
 
     # ================================================================ construction
@@ -389,16 +389,6 @@ class SoftwareTargetServer:
         conn.inbox.append(item)
         if conn.wake is not None and not conn.wake.triggered:
             conn.wake.succeed()
-
-    def _poller(self) -> Gen:
-        """Drain the server's CQ (one CQ for all connections) and dispatch CQEs."""
-        cq = self.cq
-        while True:
-            cqes = cq.poll(64)
-            if not cqes:
-                cqes = yield from cq.wait(1)
-            for cqe in cqes:
-                self._dispatch(cqe)
 
     def _dispatch(self, cqe: Cqe) -> None:
         wr = self._wrs.pop(cqe.wr_id, None)
