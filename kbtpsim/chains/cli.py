@@ -25,16 +25,18 @@ __all__ = ["add_chains_parser", "replay_chain_main"]
 _OPS = ("LOAD", "STORE", "ALLOC_STORE")
 
 
-
-
 def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
     op = args.op.upper().replace("-", "_")
     if op not in _OPS:
         return f"unknown operation {args.op!r} (known: {', '.join(_OPS)})"
+    from kbtpsim.chains.measure import EXTRA
+
+    if args.nic in EXTRA:  # e.g. cx5+strided: cx5 with strided keys (docs/chains.md)
+        return op, EXTRA[args.nic]
     try:
         profile = get_profile(args.nic)
     except ValueError as exc:
-        return str(exc)
+        return f"{exc} (or one of: {', '.join(EXTRA)})"
     return op, profile
 
 
@@ -99,7 +101,8 @@ def add_chains_parser(subparsers: Any) -> None:
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("op", metavar="OP", help="LOAD, STORE or ALLOC_STORE")
-        q.add_argument("--nic", required=True, metavar="PROFILE", help="NIC profile name")
+        q.add_argument("--nic", required=True, metavar="PROFILE",
+                       help="NIC profile name (or cx5+strided: cx5 with strided keys)")
         q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
 
     q = sub.add_parser("show", help="one WR a line, with the source of every field")

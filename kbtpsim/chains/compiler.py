@@ -23,6 +23,10 @@ never fetched before the octets placed into it have landed (rule ``held-back``):
 last. *commit*: per variant, a conditional Write of ``01`` (its CQE tells the CPU the NIC
    finished the request) and a conditional ENABLE of the credit's NOP on the *gate* QP.
 
+On a NIC without native conditional WRs but with CAS-on-WQE (cx5), every condition is
+lowered to RedN's construction (:meth:`_Builder._lower`, decision C5): the conditional WR
+is posted disarmed (a NOP) and a masked CAS on its control word arms it.
+
 Nothing outside the chain's own scratch memory and WQEs is written unless a variant's arm
 word is complete, so a request that fails any test has had no effect: the CPU finds that
 no commit CQE of the credit is a Write, processes the request with the software target,
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Literal
 
 from kbtpsim.atomics import RING_ADD_DATA, ring_add_mask
 from kbtpsim.chains.ir import (
@@ -41,6 +46,7 @@ from kbtpsim.chains.ir import (
     Chain,
     CondSpec,
     Const,
+    CtrlWord,
     EdgeKind,
     Order,
     Place,
@@ -51,10 +57,13 @@ from kbtpsim.chains.ir import (
 )
 from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.memory import ByteOrder
-from kbtpsim.nic.wqe import Opcode
+from kbtpsim.nic.wqe import Opcode, WqeFlags
 
 M64 = (1 << 64) - 1
 GO = b"\x01"
+INVALIDATE = 0x0008  #: RequestFlag.INVALIDATE (FORMATS.md "Flags")
+SEAL = 0x0002  #: RequestFlag.SEAL
+ALLOW_UNSEALED = 0x0010  #: RequestFlag.ALLOW_UNSEALED
 #: Constants every chain gathers from (one shared buffer per connection).
 CONSTS = {"k_hdr": bytes([1, 0x20, 0, 0]), "k_zero": bytes(8), "k_valid": b"\x00\x01",
           "k_ones": b"\xff" * 8}
@@ -98,16 +107,18 @@ class Variant:
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("load", "LOAD", 0x10, 0x0000, 0x0010, False,
-            "LOAD, flags 0 or ALLOW_UNSEALED, of a sealed full block"),
+    Variant("load", "LOAD", 0x10, 0x0000, 0x0018, False,
+            "LOAD, flags 0 or ALLOW_UNSEALED [| INVALIDATE], of a full block, sealed "
+            "(or VALID only, with ALLOW_UNSEALED)"),
     Variant("store_inline", "STORE", 0x11, 0x0001, 0x0002, True,
             "STORE, INLINE [| SEAL], of a full block"),
-    Variant("store_read", "STORE", 0x11, 0x0000, 0x0000, False,
-            "STORE, RDMA Read source, no SEAL, of a full block"),
+    Variant("store_read", "STORE", 0x11, 0x0000, 0x000A, False,
+            "STORE, RDMA Read source, flags 0 [| SEAL] [| INVALIDATE], of a full block"),
     Variant("alloc_inline", "ALLOC_STORE", 0x12, 0x0001, 0x0002, True,
             "ALLOC_STORE, INLINE [| SEAL], of a full block"),
-    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x0000, False,
-            "ALLOC_STORE, RDMA Read source, no SEAL, of a full block"),
+    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x000A, False,
+            "ALLOC_STORE, RDMA Read source, flags 0 [| SEAL] [| INVALIDATE], of a full "
+            "block"),
 )}
 #: Operation name (CLI) -> variants.
 OPERATIONS: dict[str, tuple[str, ...]] = {
@@ -140,9 +151,43 @@ def _block_test(block: tuple[int, int], order: Order) -> tuple[bytes, bytes]:
     return base.to_bytes(8, o), mask.to_bytes(8, o)
 
 
+#: How the chain expresses its conditions: the profile's native conditional WRs, or a
+#: masked CAS on each conditional WR's control word (RedN; :meth:`_Builder._lower`).
+Lowering = Literal["native", "cas"]
+#: Control-word octets a disarmed WQE leaves free for compared data: all but octet 3, the
+#: opcode, which must stay NOP (a failed CAS leaves the WQE a NOP the NIC can decode).
+FREE_CTRL = (0, 1, 2, 4, 5, 6, 7)
+#: Octet 0 of a control word after the first of two CASes (8 compared octets): the second
+#: CAS tests it, so it arms only after the first matched (a disarmed WQE's octet 0, its
+#: opmod, is 0x00 or 0x09).
+STAGE_TAG = 0xA5
+
+
+def ctrl_positions(tested: list[int]) -> dict[int, int]:
+    """Where a condition's compared octets (offsets in its 8-octet window) go in a disarmed
+    control word: unchanged if they avoid the opcode octet 3, else shifted to octets 4..7
+    (QP number, ds) when they span at most 4, else packed into :data:`FREE_CTRL`."""
+    if len(tested) > len(FREE_CTRL):
+        raise ValueError("at most 7 compared octets fit a disarmed control word")
+    if 3 not in tested:
+        return {t: t for t in tested}
+    lo, hi = min(tested), max(tested)
+    if hi - lo < 4:
+        return {t: t - lo + 4 for t in tested}
+    return dict(zip(sorted(tested), FREE_CTRL, strict=False))
+
+
+def _at(loc: str, k: int) -> str:
+    """``loc`` (``buf:NAME[+n]``) moved ``k`` octets on."""
+    base, _, off = loc.partition("+")
+    n = int(off or 0) + k
+    return f"{base}+{n}" if n else base
+
+
 class _Builder:
     def __init__(self, addr_le: bool, atomic_order: Order, geo: Geometry,
-                 variants: tuple[str, ...]) -> None:
+                 variants: tuple[str, ...], lowering: Lowering = "native") -> None:
+        self.lowering = lowering
         self.addr_le = addr_le
         self.ro: Order = "little" if addr_le else "big"  # request address fields, Block Offset
         self.ao = atomic_order
@@ -150,6 +195,10 @@ class _Builder:
         self.variants = [VARIANTS[v] for v in variants]
         self.chain = Chain("credit", addr_le)
         self.step_wrs: dict[int, list[str]] = {}
+        #: markers that write an octet of a variant's arm word another marker also writes
+        #: (alternatives: ALLOW_UNSEALED's entry marker, decision C10): producers of the
+        #: word, not octets of it
+        self.alt_producers: dict[str, list[str]] = {}
 
     # ---------------------------------------------------------------- helpers
     def add(self, wr: WrTemplate) -> WrTemplate:
@@ -195,7 +244,8 @@ class _Builder:
         compare = GO * n_markers
         mask = b"\xff" * n_markers
         c, m = _window(compare, mask)
-        return CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
+        producers = (*self.arm_producers[v.name], *self.alt_producers.get(v.name, ()))
+        return CondSpec(Read(f"buf:arm_{v.name}", 8, producers,
                              f"arm word of {v.name}"), c, m, f"{v.name} armed")
 
     # ---------------------------------------------------------------- the chain
@@ -252,8 +302,22 @@ class _Builder:
         # --- step 3+: per variant ---
         for v in self.variants:
             getattr(self, f"_v_{v.name}")(v)
+        if self.lowering == "cas":
+            self._lower()
         self._sequence()
+        self._fences()
         return self.chain
+
+    def _fences(self) -> None:
+        """A FENCE WR waits for every earlier Read and atomic of its send queue: the
+        queue-order edge into it becomes a ``fence`` edge (the verifier counts it for
+        Read and atomic producers only)."""
+        ch = self.chain
+        for w in ch.wrs():
+            if w.flags & WqeFlags.FENCE:
+                for a, _ in list(ch.graph.in_edges(w.name)):
+                    if ch.graph.edges[a, w.name]["kind"] is EdgeKind.QP_ORDER:
+                        ch.edge(a, w.name, EdgeKind.FENCE)
 
     def _markers(self, v: Variant) -> None:
         ro, geo = self.ro, self.geo
@@ -311,8 +375,106 @@ class _Builder:
             Read(bo_loc, 12, bo_producers, "reserved 0 (preset), entry Block Offset"),
         )
         n = len(self.arm_producers[v.name])
-        self.add(WrTemplate(name, Role.CONN, Opcode.SEND, v.name, step, gather=gather,
-                            cond=self.armed(v, n), note="COMPLETION (Send)"))
+        send = self.add(WrTemplate(name, Role.CONN, Opcode.SEND, v.name, step,
+                                   gather=gather, cond=self.armed(v, n),
+                                   note="COMPLETION (Send)"))
+        if v.flags_free & INVALIDATE:
+            self._invalidate(v, send)
+
+    def _invalidate(self, v: Variant, send: WrTemplate) -> None:
+        """INVALIDATE (draft, "Completion"; T10): the COMPLETION goes out as a Send with
+        Invalidate of the Data Descriptor's STag. In step 1, a patch copies the STag into
+        the Send's invalidate key (control segment octets 12..15, as mlx5's SEND_INV carries
+        the rkey in the immediate field) and a conditional loopback Write of the
+        SEND_WITH_INVALIDATE opcode into its opcode octet runs only if the request's Flags
+        have INVALIDATE (the only bit under the mask). SEND and SEND_WITH_INVALIDATE have
+        the same segments; the Send is held back (step >= 4) until both have landed."""
+        tag = v.name
+        self.patch(f"p_inv_{tag}", v.name, 1, [("buf:dd", 4, "request[24:28] DD STag")],
+                   f"wqe:{send.name}.imm", "DD STag (key to invalidate)", self.ro, ("recv",))
+        flag = INVALIDATE.to_bytes(2, "big")  # Flags are big-endian (D3)
+        dest = f"wqe:{send.name}.opcode"
+        self.add(WrTemplate(
+            f"c_inv_{tag}", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+            inline=bytes([Opcode.SEND_WITH_INVALIDATE]),
+            fields={"raddr": Addr(dest), "rkey": Addr("key:rings")},
+            places=(Place(dest, 1, "opcode SEND_WITH_INVALIDATE"),),
+            cond=CondSpec(Read("buf:hdr", 8, ("recv",), "request Flags"),
+                          *_window(b"\0\0" + flag, b"\0\0" + flag), "Flags has INVALIDATE"),
+            remote_kind="loopback",
+            note="conditional patch: Send -> Send with Invalidate if INVALIDATE"))
+        send.fields["imm"] = Placed(f"p_inv_{tag}", "DD STag", self.ro, "patch",
+                                    Const(0, "no key"))
+        send.fields["opcode"] = Placed(f"c_inv_{tag}", "SEND_WITH_INVALIDATE if INVALIDATE",
+                                       "octets", "patch", Const(int(Opcode.SEND), "SEND"))
+        send.note = "COMPLETION (Send, or Send with Invalidate of the DD STag: INVALIDATE)"
+
+    @staticmethod
+    def _flag_cond(flag: int, is_set: bool, about: str) -> CondSpec:
+        """The request's Flags (big-endian whatever ADDR_LE, D3) with ``flag`` set or clear,
+        the only bit under the mask."""
+        f = flag.to_bytes(2, "big")
+        return CondSpec(Read("buf:hdr", 8, ("recv",), "request Flags"),
+                        *_window(b"\0\0" + (f if is_set else b"\0\0"), b"\0\0" + f), about)
+
+    def _allow_unsealed(self, v: Variant) -> None:
+        """ALLOW_UNSEALED (draft, "Block Load" step 1: the entry MUST be VALID, and SEALED
+        unless ALLOW_UNSEALED is set; decision C10). A second entry marker ``m_V_entry_u``
+        tests VALID without SEALED (and Data Length = Block Size, as the first) and writes
+        ``01`` into octet 7 of the arm word, which no armed test reads; ``c_au_V``, a
+        conditional patch in step 1 run only if the request's Flags have ALLOW_UNSEALED,
+        copies the sealed marker's remote address (its arm-word octet: a WQE field set at
+        posting) into the second marker's, so either marker arms the variant. The masks
+        stay constant: an OR of the two entry tests, the second ANDed with the flag.
+        Without the flag an unsealed entry arms nothing (CPU: NOT_SEALED)."""
+        slot = len(self.arm_producers[v.name]) - 1  # the sealed entry marker's octet
+        assert slot < 7, "octet 7 of the arm word is the unsealed marker's sink"
+        sealed, name, patch = f"m_{v.name}_entry", f"m_{v.name}_entry_u", f"c_au_{v.name}"
+        self.marker(name, v.name, 3, "buf:w", ("read_entry",),
+                    *_window(b"\x00\x01\x00\x00" + self.geo.block_size.to_bytes(4, "big"),
+                             b"\xff\xff\x00\x00\xff\xff\xff\xff"),
+                    "entry VALID, not SEALED, Data Length = Block Size", f"arm_{v.name}", 7,
+                    "big")
+        self.chain.wr(name).fields["raddr"] = Placed(
+            patch, f"{sealed}'s arm-word octet if ALLOW_UNSEALED", "octets", "patch",
+            Addr(f"buf:arm_{v.name}", 7))
+        self.chain.wr(name).note = (f"marker: entry VALID, not SEALED -> arm_{v.name}[{slot}] "
+                                    f"if ALLOW_UNSEALED, else arm_{v.name}[7] (not tested)")
+        dest = f"wqe:{name}.raddr"
+        self.add(WrTemplate(
+            patch, Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+            fields={"raddr": Addr(dest), "rkey": Addr("key:rings")},
+            gather=(Read(f"wqe:{sealed}.raddr", 8, (),
+                         f"{sealed}'s remote address (arm_{v.name}[{slot}], set at posting)"),),
+            places=(Place(dest, 8, f"remote address arm_{v.name}[{slot}]"),),
+            cond=self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED"),
+            remote_kind="loopback",
+            note="conditional patch: an unsealed entry arms the LOAD if ALLOW_UNSEALED"))
+        self.alt_producers.setdefault(v.name, []).append(name)
+
+    def _seal_flags(self, v: Variant) -> Read:
+        """SEAL with a Read source (draft, "Block Mapped Store" step 3: it updates Data
+        Length and, if SEAL is set, sets SEALED; decision C10): two conditional loopback
+        Writes in step 1, one per value of the request's SEAL bit (the only bit under
+        their masks: exactly one runs), write the entry's new Flags, VALID or VALID|SEALED
+        (big-endian, D3), into the scratch word ``fl_V``, which the entry update gathers.
+        The update itself is unchanged: after the data, in one Write with the Generation
+        and Data Length."""
+        buf = f"buf:fl_{v.name}"
+        names = []
+        for tag, is_set, flags in (("noseal", False, 0x0001), ("seal", True, 0x0003)):
+            what = "VALID|SEALED" if is_set else "VALID"
+            names.append(f"c_{tag}_{v.name}")
+            self.add(WrTemplate(
+                names[-1], Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+                inline=flags.to_bytes(2, "big"),
+                fields={"raddr": Addr(buf), "rkey": Addr("key:scratch")},
+                places=(Place(buf, 2, f"new entry Flags {what}", "big"),),
+                cond=self._flag_cond(SEAL, is_set, "Flags has SEAL" if is_set
+                                     else "Flags without SEAL"),
+                remote_kind="loopback",
+                note=f"new entry Flags {what} if SEAL is {'set' if is_set else 'clear'}"))
+        return Read(buf, 2, tuple(names), "new entry Flags: VALID, | SEALED if SEAL")
 
     def _v_load(self, v: Variant) -> None:
         bs, ro = self.geo.block_size, self.ro
@@ -321,6 +483,7 @@ class _Builder:
         self._entry_marker(v, *_window(b"\x00\x03\x00\x00" + bs.to_bytes(4, "big"),
                                        b"\xff\xff\x00\x00\xff\xff\xff\xff"),
                            "entry VALID|SEALED, Data Length = Block Size")
+        self._allow_unsealed(v)
         n = len(self.arm_producers[v.name])
         self.add(WrTemplate(
             "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 4,
@@ -343,7 +506,8 @@ class _Builder:
         self._entry_marker(v, *_window(b"\x00\x01", b"\xff\xff"), "entry VALID, not SEALED")
         n = len(self.arm_producers[v.name])
         flags = (Read("buf:hdr+2", 2, ("recv",), "request Flags (INLINE|SEAL = VALID|SEALED)")
-                 if v.inline else Read("buf:k_valid", 2, (), "VALID"))
+                 if v.inline else self._seal_flags(v) if v.flags_free & SEAL
+                 else Read("buf:k_valid", 2, (), "VALID"))
         self.add(WrTemplate(
             f"{tag}_upd", Role.WORKER, Opcode.RDMA_WRITE, v.name, data_step + 1,
             fields={"raddr": Placed(f"p_h_{tag}", "Block Handle << 8", self.ro, "patch"),
@@ -508,6 +672,18 @@ class _Builder:
                 f"{tag}_p_flags", "request Flags << 48 | 1 << 32 (Flags += INLINE|SEAL = "
                 "VALID|SEALED, Generation += 1)", "big", "patch",
                 Const(1 << 32, "Generation += 1"))
+        elif v.flags_free & SEAL:  # Flags += VALID|SEALED if SEAL, else VALID (C10)
+            add = Const((1 << 48) | (1 << 32), "Flags += VALID, Generation += 1")
+            self.add(WrTemplate(
+                f"c_seal_{v.name}", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+                inline=b"\x00\x03",  # VALID|SEALED, big-endian (D3)
+                fields={"raddr": Addr(f"wqe:{tag}_gen.swap_add"), "rkey": Addr("key:rings")},
+                places=(Place(f"wqe:{tag}_gen.swap_add", 2, "Flags add VALID|SEALED", "big"),),
+                cond=self._flag_cond(SEAL, True, "Flags has SEAL"), remote_kind="loopback",
+                note="conditional patch: the entry's Flags += VALID|SEALED if SEAL (draft, "
+                "'Block Unmapped Store' step 4)"))
+            gen_add = Placed(f"c_seal_{v.name}", "Flags += VALID|SEALED if SEAL (Add Data "
+                             "octets 0..1)", "big", "patch", add)
         else:
             gen_add = Const((1 << 48) | (1 << 32), "Flags += VALID, Generation += 1")
         self.add(WrTemplate(
@@ -560,6 +736,190 @@ class _Builder:
             f"release_{v.name}", Role.WORKER, Opcode.ENABLE, "commit", step,
             fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
             cond=self.armed(v, n), note="release the next credit"))
+
+    # ---------------------------------------------------------------- CAS-on-WQE lowering
+    def _lower(self) -> None:
+        """Express every native condition with a masked CAS on the conditional WR's control
+        word (RedN, rdma-primer.md; decision C5). The WR X is posted *disarmed* (a NOP with
+        its segments). One step before X: ``X.cas_p``, a loopback RDMA Read, copies the
+        compared octets of the condition's window into X's free control-word octets (not
+        octet 3, the opcode); ``X.cas``, a masked CAS on that word, fenced after the Reads
+        (compare: the constants, compare mask: the condition's mask, both moved to those
+        octets), swaps in X's live control word when they match. X runs in the next step
+        (WAIT on the CAS's CQE, then ENABLE: a prefetched WQE would run stale). A window of
+        8 compared octets takes two rounds: ``X.cas`` tests octets 0..3 and leaves a staged
+        NOP (a tag in octet 0), ``X.cas_p2`` then reads octets 4..7 into it and ``X.cas2``
+        tests the tag and those. A placed compare operand (the Ticket) is written into
+        ``X.cas``'s compare operand; a patch of X's opcode (INVALIDATE) into its swap
+        operand. Names of the original WRs are unchanged; the added ones derive from them.
+        """
+        ch = self.chain
+        for w in ch.wrs():  # a condition comparing nothing always holds
+            if w.cond is not None and not any(w.cond.mask):
+                w.cond = None
+        conds = [w for w in ch.wrs() if w.cond is not None]
+        if not conds:
+            return
+        work = [w for w in ch.wrs() if w.role in (Role.WORKER, Role.CONN)]
+        new: dict[int, int] = {}
+        prev = 0
+
+        def at(name: str) -> int:
+            w = ch.wr(name)
+            return 0 if w.role is Role.RECV else new[w.step]
+
+        for s in sorted({w.step for w in work}):
+            need = prev + 1
+            for x in (c for c in conds if c.step == s):
+                assert x.cond is not None
+                for p in x.cond.word.producers:
+                    need = max(need, at(p) + 2)  # X.cas_p and X.cas, then X
+                if x.cond.compare_source is not None:  # placed into the CAS's WQE
+                    need = max(need, at(x.cond.compare_source.producer) + 2)
+            new[s] = prev = need
+        for w in work:
+            w.step = new[w.step]
+        # per step, on the worker QP: the Reads, the CASes (the first fenced: it waits for
+        # every earlier Read), the second Reads (fenced: after the CASes), the second CASes
+        plans = [self._plan_one(x) for x in conds]
+        for rnd in range(4):
+            fenced: set[int] = set()
+            for plan in plans:
+                if rnd < len(plan):
+                    w = plan[rnd]
+                    if rnd and w.step not in fenced:  # the round's first WR in its step
+                        w.flags |= WqeFlags.FENCE
+                        fenced.add(w.step)
+                    self.add(w)
+        for x in conds:
+            self._arm(x)
+        self.step_wrs = {}
+        for w in ch.wrs():
+            if w.role in (Role.WORKER, Role.CONN):
+                self.step_wrs.setdefault(w.step, []).append(w.name)
+
+    def _read_into(self, name: str, part: str, step: int, word: Read, tested: list[int],
+                   pos: dict[int, int], dest: str, what: str) -> WrTemplate:
+        """A loopback RDMA Read of the window's octets ``tested`` into ``dest`` octets
+        ``pos`` (octets of the window between them that are not compared go to a scratch
+        sink, so octet 3 of a control word keeps its NOP)."""
+        if word.loc.startswith(("buf:stg", f"buf:{RCQE}")):
+            raise ValueError(f"{name}: a condition window must be in the scratch buffers")
+        lo, hi = min(tested), max(tested)
+        identity = all(pos[t] == t for t in tested)
+        places: list[Place] = []
+        for t in range(lo, hi + 1):
+            if t in pos:
+                d, off = dest, pos[t]
+            elif identity and t != 3:
+                d, off = dest, t  # an octet of the window that is not compared: harmless
+            else:
+                d, off = "buf:cas_sink", t
+            last = places[-1] if places else None
+            if last is not None and last.dest == d and last.offset + last.length == off:
+                places[-1] = Place(d, last.length + 1, last.what, "octets", last.offset)
+            else:
+                places.append(Place(d, 1, what if d == dest else "not compared (sink)",
+                                    "octets", off))
+        return WrTemplate(
+            name, Role.WORKER, Opcode.RDMA_READ, part, step,
+            fields={"raddr": Addr(_at(word.loc, lo)), "rkey": Addr("key:scratch")},
+            places=tuple(places), remote_kind="loopback",
+            note=f"CAS operand: {what}")
+
+    def _cas(self, name: str, x: WrTemplate, step: int, cond: CondSpec, compare: bytes,
+             mask: bytes, swap: Const | CtrlWord, reads: Read, about: str) -> WrTemplate:
+        ao: ByteOrder = "little" if self.ao == "little" else "big"
+        return WrTemplate(
+            name, Role.WORKER, Opcode.MASKED_CAS, x.part, step,
+            fields={"raddr": Addr(f"wqe:{x.name}.ctrl_word"), "rkey": Addr("key:rings"),
+                    "swap_add": swap,
+                    "compare": Const(int.from_bytes(compare, ao), "the constants"),
+                    "compare_mask": Const(int.from_bytes(mask, ao), "the condition's mask"),
+                    "swap_mask": Const(M64, "whole word")},
+            places=(Place("buf:cas_r", 8, "old control word (unused)", "octets"),),
+            reads=(reads,), remote_kind="loopback", targets_ctrl=True, arms=x.name,
+            cas_cond=cond, atomic_word_order=self.ao, note=about)
+
+    def _plan_one(self, x: WrTemplate) -> list[WrTemplate]:
+        """X's added WRs, in the order the rounds of :meth:`_lower` post them."""
+        cond = x.cond
+        assert cond is not None
+        s, ctrl = x.step - 1, f"wqe:{x.name}.ctrl_word"
+        tested = [i for i in range(8) if cond.mask[i]]
+        two = len(tested) > len(FREE_CTRL)
+        first = tested[:4] if two else tested
+        pos = ctrl_positions(first)
+        read1 = self._read_into(f"{x.name}.cas_p", x.part, s, cond.word, first, pos, ctrl,
+                                f"compared octets of {cond.about}")
+        cmp_, mask = bytearray(8), bytearray(8)
+        for t, p in pos.items():
+            cmp_[p], mask[p] = cond.compare[t], cond.mask[t]
+        word = Read(ctrl, 8, (read1.name,), f"control word of {x.name}")
+        if two:  # a staged NOP: the tag in octet 0 (opmod), octet 3 NOP
+            cas = self._cas(f"{x.name}.cas", x, s, cond, bytes(cmp_), bytes(mask),
+                            Const(STAGE_TAG << 56 if self.ao == "big" else STAGE_TAG,
+                                  "staged NOP (tag in octet 0)"),
+                            word, f"stage 1 of arming {x.name}: {cond.about}, "
+                            "octets 0..3")
+            rest = tested[4:]
+            read2 = self._read_into(f"{x.name}.cas_p2", x.part, s, cond.word, rest,
+                                    {t: t for t in rest}, ctrl,
+                                    f"compared octets 4..7 of {cond.about}")
+            cmp2 = bytes([STAGE_TAG, 0, 0, 0]) + cond.compare[4:]
+            mask2 = b"\xff\0\0\0" + cond.mask[4:]
+            cas2 = self._cas(f"{x.name}.cas2", x, s, cond, cmp2, mask2,
+                             CtrlWord(x.name, "live"),
+                             Read(ctrl, 8, (cas.name, read2.name),
+                                  f"staged control word of {x.name}"),
+                             f"arm {x.name}: stage tag, {cond.about}, octets 4..7")
+            return [read1, cas, read2, cas2]
+        compare_src = cond.compare_source
+        cas = self._cas(f"{x.name}.cas", x, s, cond, bytes(cmp_), bytes(mask),
+                        CtrlWord(x.name, "live"), word, f"arm {x.name} if {cond.about}")
+        if compare_src is not None:  # the compare operand is placed at run time (Ticket)
+            prod = self.chain.wr(compare_src.producer)
+            old, dest = f"wqe:{x.name}.cond_compare", f"wqe:{x.name}.cas.compare"
+            places = []
+            for pl in prod.places:
+                if pl.dest == old:
+                    offs = [pos[pl.offset + i] for i in range(pl.length)]
+                    assert offs == list(range(offs[0], offs[0] + pl.length)), offs
+                    pl = Place(dest, pl.length, pl.what, pl.order, offs[0])
+                    prod.fields["raddr"] = Addr(dest, offs[0])
+                places.append(pl)
+            prod.places = tuple(places)
+            cas.fields["compare"] = Placed(compare_src.producer, compare_src.what,
+                                           compare_src.order, "patch", Const(0, "zeros"))
+        return [read1, cas]
+
+    def _arm(self, x: WrTemplate) -> None:
+        """X is posted disarmed; its control word comes from its last CAS."""
+        cond = x.cond
+        assert cond is not None
+        last = self.chain.wr(f"{x.name}.cas2" if f"{x.name}.cas2" in self.chain
+                             else f"{x.name}.cas")
+        # a patch of X's control word (the opcode: Send -> Send with Invalidate) would be
+        # overwritten by the swap: it patches the same octet of the swap operand instead
+        for fname, off in (("opmod", 0), ("opcode", 3), ("qpn", 4), ("ds", 7)):
+            src = x.fields.get(fname)
+            if not isinstance(src, Placed):
+                continue
+            prod = self.chain.wr(src.producer)
+            old, dest = f"wqe:{x.name}.{fname}", f"wqe:{last.name}.swap_add"
+            prod.places = tuple(
+                Place(dest, pl.length, pl.what, pl.order, off + pl.offset)
+                if pl.dest == old else pl for pl in prod.places)
+            raddr = prod.fields.get("raddr")
+            if isinstance(raddr, Addr) and raddr.ref == old:
+                prod.fields["raddr"] = Addr(dest, off + raddr.offset)
+            last.fields["swap_add"] = Placed(src.producer, f"{src.what} (octet {off})",
+                                             "octets", "patch", CtrlWord(x.name, "live"))
+            del x.fields[fname]
+        x.disarmed = True
+        x.cond = None
+        x.fields["ctrl_word"] = Placed(last.name, f"live control word if {cond.about}",
+                                       "octets", "patch")
 
     # ---------------------------------------------------------------- master sequence
     def _sequence(self) -> None:
@@ -615,9 +975,11 @@ class _Builder:
 
 
 def build_chain(addr_le: bool, atomic_order: Order = "little", geo: Geometry | None = None,
-                variants: tuple[str, ...] = tuple(VARIANTS)) -> Chain:
-    """The per-credit chain serving ``variants`` (default: all)."""
-    return _Builder(addr_le, atomic_order, geo or Geometry(), variants).build()
+                variants: tuple[str, ...] = tuple(VARIANTS),
+                lowering: Lowering = "native") -> Chain:
+    """The per-credit chain serving ``variants`` (default: all), its conditions expressed
+    with native conditional WRs or (``lowering="cas"``) with CAS-on-WQE."""
+    return _Builder(addr_le, atomic_order, geo or Geometry(), variants, lowering).build()
 
 
 def build_software(addr_le: bool, geo: Geometry | None = None) -> Chain:

@@ -128,7 +128,10 @@ class Harness:
         self.sim.connect(self.qp_c, self.cpu_qp)
         self.ibuf = self.inic.host.alloc(IBUF, 4096)
         self.imr = self.inic.register_mr(
-            self.ibuf, IBUF, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+            self.ibuf, IBUF, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+            | Access.MW_BIND)
+        #: STags of the windows :meth:`window` bound (to the chain connection's QP)
+        self.windows: set[int] = set()
         self.recv_area = self.ibuf + IBUF - (1 << 16)
         self._recv_next = 0
         for qp in (self.qp_i, self.qp_c):
@@ -153,6 +156,24 @@ class Harness:
     def buf(self, offset: int) -> int:
         """Tagged Offset of octet ``offset`` of the initiator's data buffer."""
         return self.ibuf + offset
+
+    def window(self, offset: int, length: int) -> int:
+        """A memory window over ``length`` octets at ``offset`` of the data buffer, bound
+        to the chain connection's QP (as the system Initiator exposes each request's
+        buffer; Tagged Offsets as :meth:`buf`): a Send with Invalidate of its STag on that
+        connection revokes it and the initiator's CQE reports it (draft, "Completion")."""
+        w = self.inic.bind_mw(self.imr, self.qp_i, self.ibuf + offset, length,
+                              Access.REMOTE_READ | Access.REMOTE_WRITE)
+        self.windows.add(w.stag)
+        return w.stag
+
+    def _cpu_key(self, stag: int) -> int:
+        """The key the CPU's side QP (``cpu_qp`` -> ``qp_c``, not the connection a window
+        is bound to) uses for ``stag``: a *valid* window's parent region (same Tagged
+        Offsets), so the access succeeds exactly when it would on the connection."""
+        if stag in self.windows and self.inic.pt.get(stag) is not None:
+            return self.imr.rkey
+        return stag
 
     def write_ibuf(self, offset: int, data: bytes) -> None:
         self.inic.host.memory.write(self.ibuf + offset, data)
@@ -358,13 +379,14 @@ class Harness:
                 mem.write(self.bounce, e.data)
                 self.cpu_qp.post_send(WorkRequest(
                     Opcode.RDMA_WRITE, (Sge(self.bounce, len(e.data), self.bounce_mr.lkey),),
-                    remote_addr=e.tagged_offset, rkey=e.stag))
+                    remote_addr=e.tagged_offset, rkey=self._cpu_key(e.stag)))
             elif isinstance(e, SendMessage):
                 at = self.bounce + 2 * self.config.block_size
                 mem.write(at, e.data)
                 op = Opcode.SEND if e.invalidate_stag is None else Opcode.SEND_WITH_INVALIDATE
-                if e.invalidate_stag is not None:  # what the target sent (the initiator's
-                    # region is not a window, so its CQE does not report the invalidation)
+                if e.invalidate_stag is not None:  # what the target sent: it goes to qp_c,
+                    # not the QP a window is bound to, so its CQE cannot report it (the
+                    # window is revoked below, once the Send has been delivered)
                     self.result.invalidated[e.message.request_id] = e.invalidate_stag
                 self.cpu_qp.post_send(WorkRequest(
                     op, (Sge(at, len(e.data), self.bounce_mr.lkey),), S,
@@ -372,7 +394,7 @@ class Harness:
             elif isinstance(e, ReadInitiator):
                 self.cpu_qp.post_send(WorkRequest(
                     Opcode.RDMA_READ, (Sge(self.bounce, e.length, self.bounce_mr.lkey),), S,
-                    remote_addr=e.tagged_offset, rkey=e.stag))
+                    remote_addr=e.tagged_offset, rkey=self._cpu_key(e.stag)))
                 self.cpu_qp.ring_doorbell()
                 cost = round((prof.cpu_post_ns + prof.cpu_doorbell_ns) * 1000)
                 self.result.cpu_request_ps += cost
@@ -388,6 +410,8 @@ class Harness:
             yield env.timeout(cost)
             if isinstance(e, SendMessage):  # the bounce buffer is free again
                 yield from self.cpu_cq.wait(1)
+                if e.invalidate_stag in self.windows:  # delivered: as on the connection
+                    self.inic.invalidate(e.invalidate_stag)
 
     # ------------------------------------------------------------------ comparison
     def mismatches(self) -> list[str]:
@@ -401,6 +425,15 @@ class Harness:
             if self.result.invalidated.get(rid) != inval:
                 out.append(f"request {rid}: invalidate {self.result.invalidated.get(rid)} "
                            f"!= {inval}")
+        # windows: revoked exactly when the reference sent a Send with Invalidate of them
+        revoked = {inval for _, inval in self.expected.values()}
+        for stag in sorted(self.windows):
+            if (self.inic.pt.get(stag) is None) != (stag in revoked):
+                out.append(f"window {stag:#x}: "
+                           + ("revoked" if stag not in revoked else "still valid")
+                           + " at the initiator, the reference "
+                           + ("did not invalidate it" if stag not in revoked
+                              else "invalidated it"))
         for off, data in sorted(self.ref_ibuf.items()):
             if self.read_ibuf(off, len(data)) != data:
                 out.append(f"initiator buffer at {off:#x} differs")

@@ -6,6 +6,8 @@ a template sets has a :data:`Source`:
 * :class:`Const` -- a value known when the chain is posted;
 * :class:`Addr` -- the address (and key) of a scratch buffer, a WQE field or a memory region,
   also known at post time;
+* :class:`CtrlWord` -- the control word a disarmed WR has when posted armed (the swap
+  operand of the CAS that arms it, CAS-on-WQE), also known at post time;
 * :class:`Placed` -- octets written into the field *at run time* by another WR of the chain:
   the receive's scatter list (request fields), an RDMA Read's scatter list (table entry or
   ring slot fields), an atomic's returned value, or a patch (a loopback Write copying
@@ -88,13 +90,26 @@ class Placed:
     kind: Literal["request", "entry", "slot", "atomic", "patch"] = "request"
     #: the value posted before the placement (the octets the placement leaves alone keep
     #: it: e.g. the high half of a ring address, the ``| 4`` of an entry's octet 4)
-    init: Const | Addr | None = None
+    init: Const | Addr | CtrlWord | None = None
 
     def describe(self) -> str:
         return f"{self.kind} <- {self.producer}: {self.what} ({self.order})"
 
 
-Source = Const | Addr | Placed
+@dataclass(frozen=True, slots=True)
+class CtrlWord:
+    """The first 8 octets of WR ``wr``'s WQE as it is posted *armed* (its real opcode, WQE
+    index, QP number and ds), as the u64 an atomic on them sees: known when the chain is
+    posted. A CAS swaps it in to arm a disarmed WQE (RedN)."""
+
+    wr: str
+    about: str = ""
+
+    def describe(self) -> str:
+        return f"ctrl word of {self.wr} (armed)" + (f" ({self.about})" if self.about else "")
+
+
+Source = Const | Addr | Placed | CtrlWord
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +170,14 @@ class WrTemplate:
     targets_ctrl: bool = False  #: an atomic whose target is a WQE's first 8 octets (RedN)
     atomic_word_order: Order | None = None  #: an atomic on a word stored in this order
     note: str = ""
+    #: posted as a NOP (its segments intact); a CAS on its control word arms it (RedN)
+    disarmed: bool = False
+    #: for a CAS on a WQE's control word (``targets_ctrl``): the WR it arms
+    arms: str | None = None
+    #: for such a CAS: the native condition it decides (lowered by the compiler)
+    cas_cond: CondSpec | None = None
+    #: memory read at execution besides gather lists and conditions (an atomic's target)
+    reads: tuple[Read, ...] = ()
 
     @property
     def label(self) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbtpsim.chains.harness import Harness
+from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.profiles import PROFILES
 from kbtpsim.wire import AllocStore, DataDescriptor, Load, Message, RequestFlag, Store
 
@@ -63,15 +64,25 @@ def _requests(h: Harness, op: str, bs: int, n: int) -> list[Message]:
     return out
 
 
+#: Profiles measured besides the named ones: cx5 with strided keys (no native conditional
+#: WRs: its chains express conditions as CAS-on-WQE, decision C5).
+EXTRA = {"cx5+strided": PROFILES["cx5"].replace(name="cx5+strided", strided_keys=True)}
+
+
+def profile_named(name: str) -> NicProfile:
+    """A named profile (``kbtpsim.nic.profiles.PROFILES``) or one of :data:`EXTRA`."""
+    return EXTRA[name] if name in EXTRA else PROFILES[name]
+
+
 def best_addr_le(profile: str) -> bool:
-    return PROFILES[profile].wqe_field_byte_order == "little"
+    return profile_named(profile).wqe_field_byte_order == "little"
 
 
 def measure(profile: str, op: str, block_size: int, n: int = 3,
             addr_le: bool | None = None) -> Sample:
     """Latency of the ``n``-th request of ``op`` (steady state) and its CPU cost."""
     le = best_addr_le(profile) if addr_le is None else addr_le
-    h = Harness(profile, le, block_size=block_size, blocks=8, quota=8)
+    h = Harness(profile_named(profile), le, block_size=block_size, blocks=8, quota=8)
     msgs = _requests(h, op, block_size, n)
     res = h.run(msgs[:2])
     cpu0, refill0 = res.cpu_request_ps, res.refill_ps
@@ -110,8 +121,9 @@ def write_assets(root: Path) -> None:
              ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")]
     cases += [(v, "ideal-be", False) for v in ("load", "alloc_inline", "alloc_read")]
     cases.append(("load", "cx5", False))
+    cases += [(v, "cx5+strided", False) for v in ("load", "alloc_inline")]
     for variant, prof, le in cases:
-        d = decide(variant, PROFILES[prof], le)
+        d = decide(variant, profile_named(prof), le)
         stem = f"{variant}-{prof}{'-addr-le' if le else ''}"
         (out / f"{stem}.txt").write_text(show(d) + "\n")
         draw(d.chain, str(out / f"{stem}.png"),
@@ -122,7 +134,8 @@ def write_assets(root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kbtpsim.chains.measure")
     parser.add_argument("--docs", metavar="DIR", help="also regenerate DIR/chains/*")
-    parser.add_argument("--profiles", default="cx5,irdma,ideal,ideal-be,cx3-40g-ib")
+    parser.add_argument("--profiles",
+                        default="cx5,irdma,ideal,ideal-be,cx5+strided,cx3-40g-ib")
     args = parser.parse_args(argv)
     if args.docs:
         write_assets(Path(args.docs))

@@ -4,6 +4,10 @@ For each fast-path variant the compiler builds the variant's chain for the profi
 orders and runs the verifier; a variant with no violation is *offloaded*, any other falls
 back to software with the violations as its reasons (nothing degrades silently). The
 per-connection chain contains only the offloaded variants.
+
+Conditions are compiled for the profile (:func:`lowering_for`): native conditional WRs
+where the profile has them, else CAS-on-WQE (RedN's construction, decision C5) where it has
+``cas_on_wqe`` and ``wait_enable``; otherwise native, which the verifier rejects.
 """
 
 from __future__ import annotations
@@ -11,7 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kbtpsim.chains.compiler import OPERATIONS, VARIANTS, Geometry, build_chain, build_software
+from kbtpsim.chains.compiler import (
+    OPERATIONS,
+    VARIANTS,
+    Geometry,
+    Lowering,
+    build_chain,
+    build_software,
+)
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout
 from kbtpsim.chains.verify import Violation, verify
@@ -28,6 +39,7 @@ class Decision:
     addr_le: bool
     chain: Chain
     violations: list[Violation]
+    lowering: Lowering = "native"  #: how the chain's conditions are expressed
 
     @property
     def offloaded(self) -> bool:
@@ -47,11 +59,21 @@ class Decision:
                 for k, w in seen.items()]
 
 
+def lowering_for(profile: NicProfile) -> Lowering:
+    """``"cas"`` for a profile without native conditional WRs but with CAS-on-WQE and
+    WAIT/ENABLE (a CAS-armed WQE must be held back until the CAS has landed), else
+    ``"native"``."""
+    if not profile.native_conditional and profile.cas_on_wqe and profile.wait_enable:
+        return "cas"
+    return "native"
+
+
 def decide(variant: str, profile: NicProfile, addr_le: bool,
            geo: Geometry | None = None) -> Decision:
-    chain = build_chain(addr_le, _order(profile), geo, (variant,))
+    low = lowering_for(profile)
+    chain = build_chain(addr_le, _order(profile), geo, (variant,), low)
     chain.name = variant
-    return Decision(variant, profile.name, addr_le, chain, verify(chain, profile))
+    return Decision(variant, profile.name, addr_le, chain, verify(chain, profile), low)
 
 
 def decide_op(op: str, profile: NicProfile, addr_le: bool,
@@ -95,6 +117,7 @@ def plan_connection(profile: NicProfile, config: TargetConfig, layout: ChainLayo
             software[v] = [NOT_RUNNABLE]
         else:
             software[v] = d.reasons()
-    chain = (build_chain(config.addr_le, _order(profile), geo, tuple(ok)) if ok
+    chain = (build_chain(config.addr_le, _order(profile), geo, tuple(ok),
+                         lowering_for(profile)) if ok
              else build_software(config.addr_le, geo))
     return ConnectionPlan(chain, tuple(ok), software)

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET
-from kbtpsim.chains.ir import Addr, Chain, Const, Placed, Role, WrTemplate
+from kbtpsim.chains.ir import Addr, Chain, Const, CtrlWord, Placed, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.nic import (
     Access,
@@ -45,9 +45,12 @@ from kbtpsim.nic import (
     field_layout,
 )
 from kbtpsim.nic.memory import ByteOrder
-from kbtpsim.nic.wqe import Opcode, encode_wqe
+from kbtpsim.nic.wqe import Opcode, ctrl_word, encode_wqe
 
-_LOC = re.compile(r"^(buf|wqe):([A-Za-z0-9_]+)(?:\.([A-Za-z0-9_.]+?))?(?:\+(\d+))?$")
+#: ``buf:NAME[+n]`` / ``wqe:WR.FIELD[+n]``; a WR added by the CAS-on-WQE lowering is named
+#: after the one it arms (``X.cas``, ``X.cas2``)
+_LOC = re.compile(r"^(buf|wqe):([A-Za-z0-9_]+(?:\.cas\w*)?)(?:\.([A-Za-z0-9_.]+?))?"
+                  r"(?:\+(\d+))?$")
 ROLE_BITS = 16
 COMMIT_TAG = 0xC000
 #: ``wr_id`` bit of the CPU's work requests written into a credit's CPU slots
@@ -67,6 +70,10 @@ class Finished:
     #: with ``needs_cpu`` the slot was not ready and the CPU must finish the allocation of
     #: *this* ticket (``Target.finish_allocation``)
     ticket: int | None = None
+    #: when the NIC's part took effect (ps, from its CQEs): the FetchAdd that took the
+    #: Ticket for ALLOC_STORE, else the chain's last completion; None if no chain WR
+    #: completed. The order in which a reference target must apply NIC-served requests.
+    nic_time: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -83,6 +90,8 @@ class _Credit:
     recv_len: int | None = None
     alloc_armed: bool = False  #: the CPU allowed an ALLOC_STORE in this credit (quota)
     ticket_taken: bool = False
+    ticket_time: int | None = None  #: CQE time of the FetchAdd on Head
+    last_time: int | None = None  #: latest CQE time of the credit's chain
 
 
 class ChainServer:
@@ -100,6 +109,8 @@ class ChainServer:
         self.pool_key = pool_key
         self.ring = ring
         self.templates = list(chain.wrs())
+        #: template name -> its position (the low bits of its wr_id)
+        self._position = {w.name: i for i, w in enumerate(self.templates)}
         names = {w.name for w in self.templates}
         #: arm words of the ALLOC_STORE variants (octet 7: the CPU's quota octet)
         self.alloc_arms = [f"arm_{v}" for v in ("alloc_inline", "alloc_read")
@@ -260,6 +271,12 @@ class ChainServer:
                 else src.value
         if isinstance(src, Placed):  # written at run time, over its initial value
             return 0 if src.init is None else self._value(cr, w, src.init)
+        if isinstance(src, CtrlWord):  # the armed control word of a disarmed WR (RedN)
+            qp, idx = cr.index[src.wr]
+            prof = self.nic.profile
+            raw = encode_wqe(replace(self._shapes[src.wr], armed=True),
+                             prof.wqe_field_byte_order, index=idx, qpn=qp.qpn)
+            return ctrl_word(raw, "big" if prof.atomic_byte_order == "big" else "little")
         assert isinstance(src, Addr)
         ref = src.ref
         if ref.startswith(("buf:", "wqe:")):
@@ -287,8 +304,10 @@ class ChainServer:
     def _rkey_for(self, cr: _Credit, w: WrTemplate) -> int:
         src = w.fields.get("rkey")
         if isinstance(src, Addr) and src.ref == "key:rings":
-            dest = w.places[0].dest
-            name = dest[4:].split(".")[0]
+            raddr = w.fields.get("raddr")
+            dest = raddr.ref if isinstance(raddr, Addr) else w.places[0].dest
+            m = _LOC.match(dest)
+            name = m.group(2) if m else dest[4:].split(".")[0]
             return cr.index[name][0].sq_mr.rkey
         return self._value(cr, w, src) if src is not None else 0
 
@@ -305,8 +324,8 @@ class ChainServer:
     def _build(self, cr: _Credit, w: WrTemplate, shape: bool) -> WorkRequest:
         op = w.opcode
         assert op is not None
-        flags = WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE
-        kw: dict[str, object] = {}
+        flags = (WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE) | w.flags
+        kw: dict[str, object] = {"armed": not w.disarmed}  # disarmed: a CAS arms it
         order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" else "little"
         if w.cond is not None:
             if shape:
@@ -317,22 +336,23 @@ class ChainServer:
                 addr, key = self._loc(cr, w.cond.word.loc)
                 kw["cond"] = Condition(addr, key, int.from_bytes(w.cond.compare, order),
                                        int.from_bytes(w.cond.mask, order))
-        wr_id = cr.number << ROLE_BITS | self.templates.index(w)
-        if w.name.startswith("commit_"):
-            wr_id = cr.number << ROLE_BITS | COMMIT_TAG | self.templates.index(w)
+        wr_id = cr.number << ROLE_BITS | self._position[w.name]
+        if w.name.startswith("commit_") and "." not in w.name:
+            wr_id = cr.number << ROLE_BITS | COMMIT_TAG | self._position[w.name]
         if op in (Opcode.WAIT, Opcode.ENABLE):
             if not shape:
                 kw["target"] = self._target(w)
                 kw["count"] = self._wait_count(cr, w)
             return WorkRequest(op, flags=flags, wr_id=wr_id, **kw)  # type: ignore[arg-type]
         if op is Opcode.NOP:
-            return WorkRequest(op, flags=flags, wr_id=wr_id)
+            return WorkRequest(op, flags=flags, wr_id=wr_id, **kw)  # type: ignore[arg-type]
         sges: list[Sge] = []
         if "sge0.addr" in w.fields:
             count = w.fields["sge0.count"]
             assert isinstance(count, Const) and isinstance(count.value, int)
             sges.append(Sge(0, count.value, self.pool_key.lkey))
-        elif op in (Opcode.RDMA_READ, Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD):
+        elif op in (Opcode.RDMA_READ, Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD,
+                    Opcode.MASKED_CAS, Opcode.CAS):
             for p in w.places:
                 addr, key = (0, 0) if shape else self._loc(cr, f"{p.dest}+{p.offset}"
                                                             if p.offset else p.dest)
@@ -349,6 +369,10 @@ class ChainServer:
             kw["swap_add"] = 0 if shape else self._value(cr, w, w.fields["swap_add"])
             if "add_mask" in w.fields:
                 kw["swap_mask"] = 0 if shape else self._value(cr, w, w.fields["add_mask"])
+        if op in (Opcode.MASKED_CAS, Opcode.CAS):  # CAS-on-WQE operands
+            for k in ("swap_add", "compare", "swap_mask", "compare_mask"):
+                if k in w.fields:
+                    kw[k] = 0 if shape else self._value(cr, w, w.fields[k])
         return WorkRequest(op, tuple(sges), flags, inline_data=w.inline, wr_id=wr_id,
                            **kw)  # type: ignore[arg-type]
 
@@ -470,12 +494,14 @@ class ChainServer:
             number = c.wr_id >> ROLE_BITS
             cr = self.live[number]
             cr.seen += 1
+            cr.last_time = c.time if cr.last_time is None else max(cr.last_time, c.time)
             if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
                 w = self.templates[c.wr_id & 0x3FFF]
                 cr.served = w.name.removeprefix("commit_")
             elif (c.wr_id & 0x3FFF in self.fa_heads
                   and c.opcode is WcOpcode.MASKED_FETCH_ADD):
                 cr.ticket_taken = True
+                cr.ticket_time = c.time
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
@@ -488,7 +514,8 @@ class ChainServer:
                 ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
                 if cr.served is None:
                     self.slot_not_ready += 1
-            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now, ticket))
+            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now, ticket,
+                                cr.ticket_time if cr.ticket_taken else cr.last_time))
             del self.live[self.finished]
             self.free_slots.append(cr.number % self.credits)
             self.finished += 1

@@ -13,14 +13,21 @@ from kbtpsim.chains.plan import Decision
 VALIDATIONS: dict[str, list[tuple[str, str, str]]] = {
     "load": [
         ("version, opcode, Status 0, flags", "chain",
-         "marker on request octets 0..3 and 22..23; RECORD, INVALIDATE, unknown bits -> CPU"),
+         "marker on request octets 0..3 and 22..23 (ALLOW_UNSEALED, INVALIDATE free); "
+         "RECORD, unknown bits -> CPU"),
+        ("INVALIDATE", "chain",
+         "Send with Invalidate of the DD STag: the key patched from the request, the opcode "
+         "by a patch conditional on the Flags (decision C9)"),
         ("handle range (readable)", "chain + CPU",
          "marker: handle in the largest aligned power-of-two block of the trust domain's "
          "ranges; other handles -> CPU (INVALID_HANDLE or served there)"),
-        ("VALID", "chain", "entry marker: Flags = VALID|SEALED"),
-        ("SEALED / ALLOW_UNSEALED", "chain + CPU",
-         "sealed entries in chain (ALLOW_UNSEALED bit masked out); an unsealed entry -> CPU "
-         "(a mask cannot depend on a request flag)"),
+        ("VALID", "chain", "entry markers: Flags = VALID|SEALED, or VALID alone "
+         "(ALLOW_UNSEALED)"),
+        ("SEALED / ALLOW_UNSEALED", "chain",
+         "sealed entries in chain; an unsealed entry in chain with ALLOW_UNSEALED: a second "
+         "entry marker (Flags = VALID) arms the LOAD only if a patch conditional on that "
+         "flag gave it the first marker's arm-word octet (decision C10); without the flag "
+         "-> CPU (NOT_SEALED)"),
         ("Generation", "chain + CPU",
          "Generation 0 (any) in chain; non-zero -> CPU (a compare operand placed from the "
          "request serves one conditional WR only: one source, one destination)"),
@@ -41,16 +48,22 @@ VALIDATIONS: dict[str, list[tuple[str, str, str]]] = {
     ],
     "store_read": [
         ("version, opcode, Status 0, flags", "chain",
-         "flags 0 only; SEAL, INVALIDATE, RECORD -> CPU (new Flags are a constant)"),
+         "flags 0 [| SEAL] [| INVALIDATE]; RECORD, unknown bits -> CPU"),
+        ("INVALIDATE", "chain",
+         "Send with Invalidate of the DD STag (key and opcode patched, decision C9)"),
         ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
         ("VALID, not SEALED", "chain", "entry marker: Flags = VALID"),
         ("Generation", "chain + CPU", "0 in chain; non-zero -> CPU"),
         ("Length <= Block Size", "chain + CPU", "chain requires Length = Block Size"),
+        ("SEAL", "chain",
+         "new Flags VALID or VALID|SEALED, written in step 1 by one of two Writes "
+         "conditional on the request's SEAL bit, gathered by the entry update after the "
+         "data (decision C10)"),
     ],
     "alloc_inline": [
         ("version, opcode, Status 0, flags", "chain",
-         "INLINE [| SEAL] (inline), flags 0 (Read source); INVALIDATE, RECORD, SEAL with a "
-         "Read source, unknown bits -> CPU"),
+         "INLINE [| SEAL] (inline), flags 0 [| SEAL] [| INVALIDATE] (Read source, "
+         "decisions C9, C10); INVALIDATE with INLINE, RECORD, unknown bits -> CPU"),
         ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
         ("not VALID (ALREADY_BOUND)", "chain", "entry marker: Flags = 0"),
         ("Generation", "chain + CPU", "0 in chain; non-zero -> CPU"),
@@ -70,6 +83,11 @@ VALIDATIONS: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 VALIDATIONS["alloc_read"] = list(VALIDATIONS["alloc_inline"])
+VALIDATIONS["alloc_read"][-1] = (
+    "Generation + 1 (skip 0), SEAL", "chain",
+    "masked FetchAdd on the big-endian entry word (Flags += VALID, or VALID|SEALED: a patch "
+    "of its Add Data conditional on the request's SEAL bit, decision C10) and a "
+    "conditional second add when the old Generation was 0xFFFF")
 MSG_ROW = ("message length (octet count)", "chain + CPU",
            "marker on the receive CQE's byte count (receive CQ buffer in memory): exactly "
            "40 (+ Block Size inline) octets in chain; trailing, short or long data -> CPU "
@@ -87,8 +105,24 @@ LIMITS = [
 ]
 
 
+#: How each lowering expresses the chain's conditions (``explain``).
+LOWERINGS = {
+    "native": "conditions: native conditional WRs (each WR tests an 8-octet window under "
+              "a mask)",
+    "cas": "conditions: CAS-on-WQE (RedN, decision C5): each conditional WR is posted "
+           "disarmed (a NOP); a loopback Write copies the window's compared octets into "
+           "its control word, a masked CAS swaps the live control word in if they match "
+           "(two CASes for 8 compared octets), and the WR is held back (WAIT/ENABLE) "
+           "until the CAS has landed",
+}
+
+
 def source_text(wr: WrTemplate) -> str:
     parts = [f"{k}={v.describe()}" for k, v in wr.fields.items()]
+    if wr.disarmed:
+        parts.insert(0, "posted disarmed (NOP)")
+    if wr.cas_cond is not None:
+        parts.insert(0, f"arms {wr.arms} if[{wr.cas_cond.about}]")
     if wr.inline is not None:
         parts.append(f"inline={wr.inline.hex()}")
     for rd in wr.gather:
@@ -136,6 +170,7 @@ def explain(decisions: list[Decision]) -> str:
                    f"{'on' if d.addr_le else 'off'}: "
                    + ("offloaded to the NIC" if d.offloaded else
                       "SOFTWARE: every such request is processed by the target CPU"))
+        out.append(f"  {LOWERINGS[d.lowering]}")
         if not d.offloaded:
             out.append("  why:")
             out += [f"    {r}" for r in d.reasons()]

@@ -21,7 +21,17 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
     ``masked_atomics``, ``native_conditional``, ``cas_on_wqe``, ``strided_keys``,
     loopback QPs, ``max_sge``).
 ``consistency``
-    A Placed source must name a producer that exists and declares that placement.
+    A Placed source must name a producer that exists and declares that placement; a
+    patched opcode octet must be an opcode with the posted WQE's segments.
+``cas-armed``
+    CAS-on-WQE (RedN; decision C5): a WR posted *disarmed* (a NOP) must be armed by a CAS
+    on its control word (its ``ctrl_word`` field placed by the CAS, so ``held-back``
+    applies: WAIT on the CAS's CQE, then ENABLE), and a CAS on a control word must name a
+    disarmed WR of the chain. A CAS operand placed at run time (a compare value, an opcode
+    patched into the swap value) is a WQE field compared or swapped octet for octet with
+    the control word: ``byte-order`` requires the profile's WQE fields to be in its
+    atomics' byte order, and the constants to be in the atomics' order
+    (``atomic_word_order``). The CAS needs ``cas_on_wqe`` (``capability``).
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ import networkx as nx
 
 from kbtpsim.chains.ir import Chain, EdgeKind, Placed, Role, WrTemplate
 from kbtpsim.nic.profile import NicProfile
-from kbtpsim.nic.wqe import Opcode
+from kbtpsim.nic.wqe import Opcode, _segments
 
 #: Size in octets of the WQE fields chains set (multi-octet ones are byte-order sensitive).
 FIELD_SIZE = {
@@ -64,12 +74,21 @@ class ChainRejected(Exception):
         super().__init__(f"chain {chain!r} rejected on profile {profile!r}: {lines}")
 
 
+#: What a FENCE waits for: earlier Reads and atomics of its send queue (not Writes).
+FENCED = frozenset({Opcode.RDMA_READ, Opcode.CAS, Opcode.FETCH_ADD, Opcode.MASKED_CAS,
+                    Opcode.MASKED_FETCH_ADD})
+
+
 def _ordered(g: nx.DiGraph, producer: str, consumer: str) -> bool:
-    """A path producer -> consumer with at least one edge that is not ``qp_order``."""
+    """A path producer -> consumer with at least one edge that is not ``qp_order`` (a
+    ``fence`` edge counts only for a Read or atomic producer: a fence does not wait for
+    Writes)."""
     after = nx.descendants(g, producer) | {producer}
     before = nx.ancestors(g, consumer) | {consumer}
+    fence_ok = g.nodes[producer]["wr"].opcode in FENCED
     return any(
         a in after and b in before and g.edges[a, b]["kind"] is not EdgeKind.QP_ORDER
+        and (fence_ok or g.edges[a, b]["kind"] is not EdgeKind.FENCE)
         for a, b in g.edges
     )
 
@@ -88,6 +107,12 @@ def _held_back(chain: Chain, producer: str, consumer: str) -> bool:
     return any(nx.has_path(g, w, e) for w in waits for e in enables)
 
 
+def _wr_of(dest: str) -> str:
+    """The WR a ``wqe:WR.FIELD`` destination names (lowered WRs are ``X.cas...``)."""
+    m = re.match(r"^wqe:([A-Za-z0-9_]+(?:\.cas\w*)?)", dest)
+    return m.group(1) if m else dest[4:].split(".")[0]
+
+
 def _check_placed(chain: Chain, wr: WrTemplate, fname: str, src: Placed,
                   profile: NicProfile, out: list[Violation]) -> None:
     if src.producer not in chain:
@@ -96,7 +121,8 @@ def _check_placed(chain: Chain, wr: WrTemplate, fname: str, src: Placed,
         return
     prod = chain.wr(src.producer)
     dest = f"wqe:{wr.name}.{fname}"
-    if not any(p.dest == dest for p in prod.places):
+    swapped = fname == "ctrl_word" and prod.targets_ctrl and prod.arms == wr.name
+    if not swapped and not any(p.dest == dest for p in prod.places):
         out.append(Violation(wr.name, fname, "consistency",
                              f"{src.producer} does not declare a placement into {dest}"))
     if not nx.has_path(chain.graph, src.producer, wr.name):
@@ -118,6 +144,25 @@ def _check_placed(chain: Chain, wr: WrTemplate, fname: str, src: Placed,
             f"{wqe_order}-endian"))
 
 
+def _check_opcode_patch(chain: Chain, wr: WrTemplate, src: Placed,
+                        out: list[Violation]) -> None:
+    """A patch of a WQE's opcode octet (e.g. SEND -> SEND_WITH_INVALIDATE, decision C9)
+    writes one octet, a known opcode whose WQE has the same segments as the posted one
+    (the WQE's ds and segment offsets are not patched)."""
+    if src.producer not in chain or wr.opcode is None:
+        return
+    new = chain.wr(src.producer).inline
+    op = Opcode(new[0]) if new is not None and len(new) == 1 and new[0] in set(Opcode) \
+        else None
+    cond = wr.cond is not None
+    if op is None or _segments(op, cond, len(wr.gather), None) != _segments(
+            wr.opcode, cond, len(wr.gather), None):
+        out.append(Violation(
+            wr.name, "opcode", "consistency",
+            f"{src.producer} must write one octet, an opcode with the segments of "
+            f"{wr.opcode.name} (got {new.hex() if new is not None else 'no inline octet'})"))
+
+
 def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
                 out: list[Violation]) -> None:
     def need(flag: bool, fname: str, what: str, cap: str) -> None:
@@ -133,7 +178,10 @@ def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
             for a, _ in chain.graph.in_edges(wr.name)):
         need(profile.wait_enable, "qp", f"a managed {wr.role.value} QP", "wait_enable")
     if op in (Opcode.MASKED_CAS, Opcode.MASKED_FETCH_ADD):
-        need(profile.masked_atomics, "opcode", f"{op.name}", "masked_atomics")
+        need(profile.masked_atomics, "opcode",
+             f"{op.name} (CAS-on-WQE: the condition compares octets under a mask that is "
+             "not whole octets, e.g. free flag bits; no plain-CAS form, decision C5)"
+             if wr.targets_ctrl else f"{op.name}", "masked_atomics")
     if wr.cond is not None:
         need(profile.native_conditional, "cond", f"conditional execution ({wr.cond.about})",
              "native_conditional")
@@ -150,12 +198,63 @@ def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
             wr.atomic_word_order != profile.atomic_byte_order:
         out.append(Violation(
             wr.name, "swap_add", "byte-order",
+            f"the CAS's constant operands are {wr.atomic_word_order}-endian words but "
+            f"{profile.name} atomics are {profile.atomic_byte_order}-endian: it would "
+            "compare the wrong octets of the control word" if wr.targets_ctrl else
             f"{op.name if op else 'atomic'} adds to a {wr.atomic_word_order}-endian word but "
             f"{profile.name} atomics are {profile.atomic_byte_order}-endian"))
     n_sge = len(wr.gather)
     if n_sge > profile.max_sge:
         out.append(Violation(wr.name, "sges", "capability",
                              f"{n_sge} SGEs exceed max_sge {profile.max_sge}"))
+
+
+def _check_cas(chain: Chain, wr: WrTemplate, profile: NicProfile,
+               out: list[Violation]) -> None:
+    """Rule ``cas-armed`` and the byte orders of CAS-on-WQE operands (decision C5)."""
+    if wr.disarmed:
+        src = wr.fields.get("ctrl_word")
+        if not (isinstance(src, Placed) and src.producer in chain
+                and chain.wr(src.producer).targets_ctrl
+                and chain.wr(src.producer).arms == wr.name):
+            out.append(Violation(wr.name, "ctrl_word", "cas-armed",
+                                 "posted disarmed (a NOP), but no CAS on its control word "
+                                 "arms it: it can never run"))
+    if not wr.targets_ctrl:
+        return
+    if wr.opcode not in (Opcode.CAS, Opcode.MASKED_CAS):
+        out.append(Violation(wr.name, "opcode", "cas-armed",
+                             "only a CAS can arm a WQE (compare its control word, swap "
+                             "the live one in)"))
+    target = wr.arms
+    if target is None or target not in chain or not chain.wr(target).disarmed:
+        out.append(Violation(wr.name, "raddr", "cas-armed",
+                             f"a CAS on a control word must arm a disarmed WR of the chain "
+                             f"(names {target!r})"))
+    elif not nx.has_path(chain.graph, wr.name, target):
+        out.append(Violation(target, "ctrl_word", "held-back",
+                             f"armed by {wr.name}, but nothing orders it after the CAS"))
+    swap = wr.fields.get("swap_add")
+    if isinstance(swap, Placed) and target is not None and target in chain:
+        _check_opcode_patch(chain, chain.wr(target), swap, out)  # an opcode in the swap
+    wo, ao = profile.wqe_field_byte_order, profile.atomic_byte_order
+    for fname in ("compare", "swap_add"):
+        src = wr.fields.get(fname)
+        if isinstance(src, Placed) and wo != ao:
+            out.append(Violation(
+                wr.name, fname, "byte-order",
+                f"{src.what} is placed into the CAS's {fname} operand, a WQE field "
+                f"({profile.name}: {wo}-endian) the NIC compares or swaps as a "
+                f"{ao}-endian word with the control word: octets would not line up"))
+    cond = wr.cas_cond
+    if cond is not None and cond.compare_source is not None:
+        cs = cond.compare_source
+        if "octets" not in (cs.order, cond.word_order) and cs.order != cond.word_order:
+            out.append(Violation(
+                wr.name, "compare", "byte-order",
+                f"{cs.what} is {cs.order}-endian but is compared with "
+                f"{cond.word.about or cond.word.loc}, which is {cond.word_order}-endian "
+                "(a CAS compares octets, it cannot swap them)"))
 
 
 def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
@@ -170,13 +269,16 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
             out.append(Violation(wr.name, "sges", "consistency",
                                  "an atomic returns 8 octets to exactly one place"))
         for place in wr.places:
-            if place.dest.startswith("wqe:") and place.dest[4:].split(".")[0] not in chain:
+            if place.dest.startswith("wqe:") and _wr_of(place.dest) not in chain:
                 out.append(Violation(wr.name, place.dest, "consistency",
                                      "places octets into a WR that is not in the chain"))
         for fname, src in wr.fields.items():
             if isinstance(src, Placed):
                 _check_placed(chain, wr, fname, src, profile, out)
-        reads = list(wr.gather)
+                if fname == "opcode":
+                    _check_opcode_patch(chain, wr, src, out)
+        _check_cas(chain, wr, profile, out)
+        reads = list(wr.gather) + list(wr.reads)
         if wr.cond is not None:
             reads.append(wr.cond.word)
         for rd in reads:

@@ -1,28 +1,40 @@
-"""ALLOC_STORE on the NIC (profile ``ideal-be``: big-endian WQEs and atomics, no ADDR_LE):
+"""ALLOC_STORE on the NIC (profile ``ideal-be``: big-endian WQEs and atomics, no ADDR_LE;
+and ``cx5`` with strided keys, its conditions lowered to CAS-on-WQE, decision C5):
 quota arming, the session octet, the slot-not-ready hand-over and the draft's interleaving
 example, each compared with the software target (``Harness.mismatches``: completions,
 initiator buffer, table, pool, ring slots, Head/Tail, the CPU target's bookkeeping)."""
 
 from __future__ import annotations
 
+import pytest
+
 from kbtpsim.chains.harness import CONN, Harness, iid
+from kbtpsim.nic.profile import NicProfile
 from kbtpsim.target import InitiatorConfig
 from kbtpsim.wire import AllocStore, DataDescriptor, Free, Goodbye, Hello, Load, TableEntry
 
-from .test_run import BE, BS, DATA, FAST, INL, SEAL, Req, served
+from .test_run import BE, BS, CX5S, CX5S_PROFILE, DATA, FAST, INL, SEAL, Req, served
 
 Y = InitiatorConfig("B", iid("B"), 2, 0x4010, 16)
+
+
+@pytest.fixture(params=[BE, CX5S], ids=["ideal-be", "cx5+strided"])
+def be(request: pytest.FixtureRequest) -> tuple[str | NicProfile, bool]:
+    """A big-endian profile that offloads ALLOC_STORE: native conditions (ideal-be) or
+    CAS-on-WQE (cx5 with strided keys)."""
+    name, addr_le = request.param
+    return (CX5S_PROFILE if name == CX5S[0] else name), addr_le
 
 
 def _status(res, m) -> int:  # type: ignore[no-untyped-def]
     return int.from_bytes(res.completions[m.request_id][22:24], "big")
 
 
-def test_quota_arming_no_space_equals_software() -> None:
+def test_quota_arming_no_space_equals_software(be: tuple[str | NicProfile, bool]) -> None:
     """Quota 2, 4 credits: the CPU arms at most quota - usage credits; a software
     allocation (short data) uses one allowance, so a later armed credit is disarmed; after
     a FREE an allowance comes back."""
-    h = Harness(*BE, quota=2, credits=4)
+    h = Harness(*be, quota=2, credits=4)
     r = Req(h)
     msgs = [r.alloc(0x4001, DATA[:9], INL),  # CPU (short): usage 1
             r.alloc(0x4002),  # NIC
@@ -38,22 +50,32 @@ def test_quota_arming_no_space_equals_software() -> None:
     assert h.cpu_target.chain_allocations == 2
 
 
-def test_alloc_read_source_on_the_nic() -> None:
-    h = Harness(*BE, quota=4)
+@pytest.mark.parametrize("seal", [False, True], ids=["seal-clear", "seal-set"])
+def test_alloc_read_source_on_the_nic(be: tuple[str | NicProfile, bool], seal: bool) -> None:
+    """A Read-source ALLOC_STORE, SEAL clear or set (decision C10: the chain's Flags add
+    is VALID|SEALED with SEAL); then loads with and without ALLOW_UNSEALED and an inline
+    STORE (SEALED with SEAL)."""
+    h = Harness(*be, quota=4)
     h.write_ibuf(1 << 20, DATA[::-1])
     r = Req(h)
-    src = AllocStore(request_id=50, handle=0x4007,
+    src = AllocStore(request_id=50, handle=0x4007, flags=SEAL if seal else 0,
                      data_descriptor=DataDescriptor(h.stag, h.buf(1 << 20), BS))
-    msgs = [src, r.load(0x4007, 0, flags=0x10), r.store(0x4007)]
+    msgs = [src, r.load(0x4007, 0, flags=0x10), r.load(0x4007, BS), r.store(0x4007)]
     res = h.run(msgs)
     assert h.mismatches() == []
-    assert served(res, msgs) == ["alloc_read", None, "store_inline"]  # unsealed: LOAD CPU
+    assert [_status(res, m) for m in msgs] == ([0, 0, 0, 6] if seal else [0, 0, 7, 0])
+    entry = h.tnic.host.memory.read(h.layout.entry_addr(0x4007), 2)
+    assert entry == (b"\x00\x03" if seal else b"\x00\x01")  # VALID [| SEALED]
+    # sealed: every LOAD on the NIC, the STORE to the CPU (SEALED); unsealed: the LOAD
+    # with ALLOW_UNSEALED on the NIC, without it the CPU (NOT_SEALED)
+    assert served(res, msgs) == (["alloc_read", "load", "load", None] if seal
+                                 else ["alloc_read", "load", None, "store_inline"])
 
 
-def test_generation_wraps_over_zero_like_software() -> None:
+def test_generation_wraps_over_zero_like_software(be: tuple[str | NicProfile, bool]) -> None:
     """Bind/unbind until the Generation passes 0xFFFF: the chain's second, conditional
     add skips 0 exactly as the software target."""
-    h = Harness(*BE, quota=2, credits=2)
+    h = Harness(*be, quota=2, credits=2)
     mem, entry = h.tnic.host.memory, h.layout.entry_addr(0x4001)
     # a never-bound entry with Generation 0xFFFE, in memory and in the reference
     mem.write(entry, bytes([0, 0, 0xFF, 0xFE]) + bytes(12))
@@ -69,8 +91,8 @@ def test_generation_wraps_over_zero_like_software() -> None:
 def test_no_fast_path_outside_a_session() -> None:
     """A request after GOODBYE is MALFORMED in software; the chains must not serve it
     (the CPU clears the credits' session octet) and serve again after a new HELLO."""
-    for prof in (FAST, BE):
-        h = Harness(*prof)
+    for prof in (FAST, BE, (CX5S_PROFILE, False)):
+        h = Harness(*prof)  # type: ignore[arg-type]
         r = Req(h)
         msgs: list[object] = [r.alloc(0x4001), r.load(0x4001, 0)]
         res = h.run(msgs)  # type: ignore[arg-type]
@@ -122,7 +144,7 @@ def _interleave(h: Harness, y_msgs: list[object], x_then: list[object]) -> list[
     return out
 
 
-def test_draft_interleaving_example() -> None:
+def test_draft_interleaving_example(be: tuple[str | NicProfile, bool]) -> None:
     """Draft, end: blocks 100..103; X's ALLOC_STORE takes ticket 0 and stalls before
     reading slot 0; Y takes tickets 1..3 and frees block 101, whose free gets ticket 4 =
     slot 0, not yet consumed, so it is deferred; X then gets block 100; the deferred free
@@ -130,7 +152,7 @@ def test_draft_interleaving_example() -> None:
     the CPU learns that it consumed slot 0 (``Target.note_chain_alloc``) and performs the
     deferred free then."""
     y = InitiatorConfig("B", iid("B"), 3, 0x4010, 16)
-    h = Harness(*BE, blocks=4, first_block=100, quota=1, others=(y,))
+    h = Harness(*be, blocks=4, first_block=100, quota=1, others=(y,))
     bo = [n * BS for n in range(100, 104)]
     y_msgs = [AllocStore(request_id=100 + i, handle=0x4010 + i, flags=INL,
                          data_descriptor=DataDescriptor(0, 0, 8), inline_data=b"Y%7d" % i)
@@ -156,14 +178,15 @@ def test_draft_interleaving_example() -> None:
     assert h.server.slot_not_ready == 0
 
 
-def test_slot_not_ready_hands_the_ticket_to_the_cpu() -> None:
+def test_slot_not_ready_hands_the_ticket_to_the_cpu(be: tuple[str | NicProfile, bool]) -> None:
     """A free still writing its slot (Block Offset written, Sequence not yet: the draft's
     write order) when a chain reads it: the chain has taken ticket 4 (FetchAdd on Head),
     finds Sequence != 4 and hands the request over with its ticket; the CPU finishes the
     allocation of *that* ticket (``Target.finish_allocation``) once the write has landed.
     Blocks 100..103, quota 4: tickets 0..3 bound, the FREE of block 100 gets Tail ticket 4
-    = slot 0 (the model's CPU writes instantly: the test holds the Sequence back 30 us)."""
-    h = Harness(*BE, blocks=4, first_block=100, quota=4)
+    = slot 0 (the model's CPU writes instantly: the test holds the Sequence back 100 us,
+    longer than the CAS-on-WQE chain takes to read the slot)."""
+    h = Harness(*be, blocks=4, first_block=100, quota=4)
     r = Req(h)
     env, mem = h.sim.env, h.tnic.host.memory
     slot0 = h.target_layout.rings[0].slot_addr(0)
@@ -174,7 +197,7 @@ def test_slot_not_ready_hands_the_ticket_to_the_cpu() -> None:
 
     def in_flight():  # type: ignore[no-untyped-def]
         mem.write(slot0, (0).to_bytes(4, "big"))  # the Sequence write has not landed
-        yield env.timeout(30_000_000)
+        yield env.timeout(100_000_000)
         mem.write(slot0, (4).to_bytes(4, "big"))
 
     env.process(in_flight())
@@ -184,12 +207,12 @@ def test_slot_not_ready_hands_the_ticket_to_the_cpu() -> None:
     assert h.server.slot_not_ready == 1 and h.cpu_target.slot_not_ready == 1
     assert int.from_bytes(mem.read(h.layout.entry_addr(0x4005) + 8, 8), "big") == 100 * BS
     assert [_status(res, m) for m in late] == [0, 0]
-    assert res.latency_ps[late[0].request_id] > 25_000_000  # it waited for the slot
+    assert res.latency_ps[late[0].request_id] > 95_000_000  # it waited for the slot
     assert h.mismatches() == []
 
 
-def test_load_of_a_chain_bound_block() -> None:
-    h = Harness(*BE)
+def test_load_of_a_chain_bound_block(be: tuple[str | NicProfile, bool]) -> None:
+    h = Harness(*be)
     r = Req(h)
     msgs = [r.alloc(0x4003), r.load(0x4003, 4096)]
     res = h.run(msgs)
@@ -199,12 +222,13 @@ def test_load_of_a_chain_bound_block() -> None:
     assert isinstance(msgs[1], Load)
 
 
-def test_requests_behind_a_handed_over_allocation_wait_for_it() -> None:
+def test_requests_behind_a_handed_over_allocation_wait_for_it(
+        be: tuple[str | NicProfile, bool]) -> None:
     """Two ALLOC_STOREs of one handle, pipelined, the first's slot not ready (its Sequence
-    held back 30 us): the CPU holds the connection's gate until the first completes (the
+    held back 100 us): the CPU holds the connection's gate until the first completes (the
     software target queues the second behind it), so the second finds the handle bound:
     ALREADY_BOUND, not a second binding by the next credit's chain."""
-    h = Harness(*BE, quota=8, credits=4)
+    h = Harness(*be, quota=8, credits=4)
     r = Req(h)
     env, mem = h.sim.env, h.tnic.host.memory
     slot1 = h.target_layout.rings[0].slot_addr(16)
@@ -212,14 +236,14 @@ def test_requests_behind_a_handed_over_allocation_wait_for_it() -> None:
 
     def in_flight():  # type: ignore[no-untyped-def]
         mem.write(slot1, (9).to_bytes(4, "big"))
-        yield env.timeout(30_000_000)
+        yield env.timeout(100_000_000)
         mem.write(slot1, (1).to_bytes(4, "big"))
 
     env.process(in_flight())
     a, b = r.alloc(0x4005), r.alloc(0x4005, DATA[::-1])
     h.send(a)
     h.send(b)
-    _settle(h, 100)
+    _settle(h, 250)
     res = h.result
     assert [_status(res, m) for m in (a, b)] == [0, 4]
     assert res.served[a.request_id] is None and res.served[b.request_id] is None

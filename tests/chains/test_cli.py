@@ -72,3 +72,15 @@ def test_user_errors_are_one_line(argv: list[str], needle: str,
     err = capsys.readouterr().err
     assert err.startswith("kbtpsim: error: ") and needle in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cx5_with_strided_keys_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["chains", "explain", "ALLOC_STORE", "--nic", "cx5+strided"]) == 0
+    out = capsys.readouterr().out
+    assert "on cx5+strided, ADDR_LE off: offloaded to the NIC" in out
+    assert "CAS-on-WQE" in out
+    assert run(["chains", "show", "LOAD", "--nic", "cx5+strided"]) == 0
+    assert ".cas " in capsys.readouterr().out  # the arming CASes (decision C5)
+    assert run(["chains", "explain", "LOAD", "--nic", "cx5"]) == 0
+    out = capsys.readouterr().out
+    assert "SOFTWARE" in out and "'strided_keys'" in out and "native_conditional" not in out

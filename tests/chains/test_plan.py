@@ -7,27 +7,38 @@ import pytest
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.layout import aligned_block
 from kbtpsim.chains.measure import measure
-from kbtpsim.chains.plan import decide
+from kbtpsim.chains.plan import decide, lowering_for
 from kbtpsim.nic import PROFILES
 
+#: cx5 with strided keys: no native conditional WRs, conditions as CAS-on-WQE (C5)
+CX5S = PROFILES["cx5"].replace(name="cx5+strided", strided_keys=True)
+GRID = {**PROFILES, CX5S.name: CX5S}
 OFFLOADED = {("ideal", True, v) for v in ("load", "store_inline", "store_read")} | {
-    ("ideal-be", False, v) for v in VARIANTS}
+    ("ideal-be", False, v) for v in VARIANTS} | {("cx5+strided", False, v) for v in VARIANTS}
 
 
-@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("profile", sorted(GRID))
 @pytest.mark.parametrize("addr_le", [False, True])
 def test_decision_grid(profile: str, addr_le: bool) -> None:
     for v in VARIANTS:
-        d = decide(v, PROFILES[profile], addr_le)
+        d = decide(v, GRID[profile], addr_le)
         assert d.offloaded == ((profile, addr_le, v) in OFFLOADED), (profile, addr_le, v)
         if not d.offloaded:
             assert d.reasons()  # never silently software
+        assert d.lowering == ("cas" if profile in ("cx5", "cx5+strided", "cx5-100g-roce")
+                              else "native")
 
 
 def test_reasons_name_the_missing_capability_or_byte_order() -> None:
     cx5 = " ".join(decide("load", PROFILES["cx5"], False).reasons())
-    assert "'strided_keys'" in cx5 and "'native_conditional'" in cx5
+    assert "'strided_keys'" in cx5 and "decision D4" in cx5
+    # conditions are CAS-on-WQE on cx5 (C5): conditional execution is not a reason
+    assert "native_conditional" not in cx5 and "conditional" not in cx5
     assert "byte-order" not in cx5  # big-endian WQEs, no ADDR_LE: orders match
+    for v in VARIANTS:
+        reasons = decide(v, PROFILES["cx5"], False).reasons()
+        assert len(reasons) == 1 and "'strided_keys'" in reasons[0], (v, reasons)
+    assert lowering_for(PROFILES["irdma"]) == "native"  # no cas_on_wqe, no WAIT/ENABLE
     irdma = " ".join(decide("load", PROFILES["irdma"], False).reasons())
     assert "big-endian but irdma WQE fields are little-endian" in irdma
     assert "'wait_enable'" in irdma

@@ -64,13 +64,27 @@ def test_scenarios_equal_software(path: Path, profile: str) -> None:
     assert run_chain_replay(script, profile) == run_replay(script)
 
 
+def _invalidate(script: dict[str, Any]) -> dict[str, Any]:
+    """INVALIDATE on every LOAD and non-inline STORE / ALLOC_STORE (decision C9)."""
+    for step in script["steps"]:
+        flags = step.setdefault("flags", [])
+        if step["op"] in ("LOAD", "STORE", "ALLOC_STORE") and "INLINE" not in flags:
+            flags.append("INVALIDATE")
+    return script
+
+
+@pytest.mark.parametrize("inv", [False, True], ids=["inv-clear", "inv-set"])
 @pytest.mark.parametrize("profile", PROFILES)
-def test_full_blocks_equal_software_and_use_the_chains(profile: str) -> None:
+def test_full_blocks_equal_software_and_use_the_chains(profile: str, inv: bool) -> None:
     script = _script(FULL, profile)
+    if inv:
+        script = _invalidate(script)
     runner = _ChainRunner(load_script(script), profile)
     assert runner.run() == run_replay(script)
     rep = runner.server.op_report()
     nic = {op: int(v["nic"]) for op, v in rep.items() if v["nic"]}
+    if inv:  # the same Send with Invalidate lines as the software target's
+        assert sum("invalidated_stag" in line for line in run_replay(script)) >= 4
     if profile == "cx5":
         assert nic == {}
     elif profile == "ideal":

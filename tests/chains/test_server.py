@@ -26,23 +26,24 @@ def _block(c: int) -> bytes:
     return bytes([c]) * BS
 
 
-def _workload(ini: Initiator) -> Generator[simpy.Event, Any, list[Any]]:
+def _workload(ini: Initiator, inv: bool = False) -> Generator[simpy.Event, Any, list[Any]]:
+    """``inv``: the non-inline requests with INVALIDATE (the Initiator's default)."""
     out = []
     out.append((yield ini.alloc_store(0x1000, _block(1), seal=True)))  # alloc_inline
     out.append((yield ini.alloc_store(0x1001, _block(2), inline=False,
-                                      invalidate=False)))  # alloc_read
-    out.append((yield ini.load(0x1000, invalidate=False)))  # load
+                                      invalidate=inv)))  # alloc_read
+    out.append((yield ini.load(0x1000, invalidate=inv)))  # load
     out.append((yield ini.store(0x1001, _block(3), inline=False,
-                                invalidate=False)))  # store_read
+                                invalidate=inv)))  # store_read
     out.append((yield ini.store(0x1001, _block(4), seal=True)))  # store_inline
-    out.append((yield ini.load(0x1001, invalidate=False)))
+    out.append((yield ini.load(0x1001, invalidate=inv)))
     out.append((yield ini.free(0x1000)))  # CPU
     out.append((yield ini.bind(0x1002, 7, BS, 0)))  # CPU (no such ticket)
     out.append((yield ini.alloc_store(0x1003, _block(5), seal=True)))
     return out
 
 
-def _run(profile: str, seed: int = 0, refill_batch: int = 1
+def _run(profile: str, seed: int = 0, refill_batch: int = 1, inv: bool = False
          ) -> tuple[OffloadedTargetServer, Initiator, list[Any]]:
     sim = Simulation(seed=seed)
     srv = OffloadedTargetServer(sim, _config(seed), profile=profile, refill_batch=refill_batch)
@@ -51,7 +52,7 @@ def _run(profile: str, seed: int = 0, refill_batch: int = 1
 
     def work() -> Generator[simpy.Event, Any, list[Any]]:
         yield ini.connect(srv)
-        return (yield from _workload(ini))
+        return (yield from _workload(ini, inv))
 
     proc = sim.env.process(work())
     results = sim.env.run(until=proc)
@@ -63,14 +64,16 @@ def _run(profile: str, seed: int = 0, refill_batch: int = 1
 SOURCES = (_block(2), _block(3))
 
 
-def _reference(srv: OffloadedTargetServer, ini: Initiator) -> tuple[Target, list[bytes]]:
+def _reference(srv: OffloadedTargetServer, ini: Initiator,
+               sources: tuple[bytes, ...] = SOURCES) -> tuple[Target, list[bytes]]:
     """A dict-backed Target fed the requests the server received, in order (one
-    connection); RDMA Reads answered with :data:`SOURCES`. Returns it and what it sent."""
+    connection); RDMA Reads answered with ``sources`` (default :data:`SOURCES`), in order.
+    Returns it and what it sent."""
     ref = Target(srv.config)
     conn = ini.conn
     assert conn is not None
     ref.connect(conn.conn_id, 0)
-    sources = list(SOURCES)
+    pending = list(sources)
     sent: list[bytes] = []
     queue: list[Any] = []
     for data in conn.received:
@@ -78,15 +81,16 @@ def _reference(srv: OffloadedTargetServer, ini: Initiator) -> tuple[Target, list
         while queue:
             e = queue.pop(0)
             if isinstance(e, ReadInitiator):
-                queue[:0] = ref.complete_read(e.token, sources.pop(0), 0)
+                queue[:0] = ref.complete_read(e.token, pending.pop(0), 0)
             elif isinstance(e, SendMessage):
                 sent.append(e.data)
     return ref, sent
 
 
-def _mismatches(srv: OffloadedTargetServer, ini: Initiator) -> list[str]:
+def _mismatches(srv: OffloadedTargetServer, ini: Initiator,
+                sources: tuple[bytes, ...] = SOURCES) -> list[str]:
     """Memory of the offloaded target vs a dict-backed Target fed the same requests."""
-    ref, _ = _reference(srv, ini)
+    ref, _ = _reference(srv, ini, sources)
     lay, mem, out = srv.layout, srv.nic.host.memory, []
     assert lay is not None
     addr_le = srv.config.addr_le
@@ -113,17 +117,21 @@ def _mismatches(srv: OffloadedTargetServer, ini: Initiator) -> list[str]:
     return out
 
 
-def _completions(srv: OffloadedTargetServer, ini: Initiator) -> list[bytes]:
-    return _reference(srv, ini)[1]
+def _completions(srv: OffloadedTargetServer, ini: Initiator,
+                 sources: tuple[bytes, ...] = SOURCES) -> list[bytes]:
+    return _reference(srv, ini, sources)[1]
 
 
-def test_ideal_be_fast_path_on_the_nic_rest_on_the_cpu() -> None:
-    srv, ini, results = _run("ideal-be")
+@pytest.mark.parametrize("inv", [False, True], ids=["inv-clear", "inv-set"])
+def test_ideal_be_fast_path_on_the_nic_rest_on_the_cpu(inv: bool) -> None:
+    srv, ini, results = _run("ideal-be", inv=inv)
     assert srv.offloaded(ini.conn) == ("load", "store_inline", "store_read",  # type: ignore
                                        "alloc_inline", "alloc_read")
     assert [r.completion.status for r in results][:7] == [0] * 7
     assert results[7].completion.status != 0  # BIND of a ticket never taken
     assert results[2].data == _block(1) and results[5].data == _block(4)
+    # windows: revoked by the NIC's Send with Invalidate exactly with INVALIDATE (C9)
+    assert [r.stag_revoked for r in results if r.stag is not None] == [inv] * 4
     rep = srv.op_report()
     for op, n in (("LOAD", 2), ("STORE", 2), ("ALLOC_STORE", 3)):
         assert rep[op]["nic"] == n and rep[op]["cpu"] == 0, (op, rep[op])
@@ -163,3 +171,76 @@ def test_deterministic() -> None:
     assert [r.latency_ps for r in a[2]] == [r.latency_ps for r in b[2]]
     assert a[1].received == b[1].received
     assert a[0].op_report() == b[0].op_report()
+
+
+@pytest.mark.parametrize("profile", ["ideal-be", "ideal"])
+def test_initiator_defaults_invalidate_served_by_the_nic(profile: str) -> None:
+    """The standard Initiator sets INVALIDATE on every non-inline request (its windows
+    are valid for one request): LOAD, STORE and (ideal-be) ALLOC_STORE with a Read source
+    are served by the chains, whose COMPLETION is a Send with Invalidate of the window's
+    STag (decision C9): the initiator sees the window revoked, as from the software
+    target."""
+    sim = Simulation(seed=0)
+    srv = OffloadedTargetServer(sim, _config(), profile=profile, refill_batch=1)
+    ini = Initiator(sim, "a", seed=0, profile=profile, initiator_id=Initiator.random_id(0, "a"))
+
+    def work() -> Generator[simpy.Event, Any, list[Any]]:
+        yield ini.connect(srv)
+        out = [(yield ini.alloc_store(0x1000, _block(1), seal=True))]  # inline: no window
+        out.append((yield ini.alloc_store(0x1001, _block(2), inline=False)))
+        out.append((yield ini.load(0x1000)))
+        out.append((yield ini.store(0x1001, _block(3), inline=False)))
+        out.append((yield ini.load(0x1002)))  # NOT_VALID, on the CPU: revoked too
+        return out
+
+    results = sim.env.run(until=sim.env.process(work()))
+    sim.env.run(until=sim.env.now + 50_000_000)
+    assert [r.completion.status for r in results] == [0, 0, 0, 0, 3]
+    assert results[2].data == _block(1)
+    for r in results[1:]:  # every window revoked by the target's Send with Invalidate
+        assert r.stag is not None and r.stag_revoked, r
+    nic = {op: srv.served.get(op, {}).get("nic", 0) for op in ("LOAD", "STORE", "ALLOC_STORE")}
+    assert nic["LOAD"] == 1 and nic["STORE"] == 1
+    assert nic["ALLOC_STORE"] == (2 if profile == "ideal-be" else 0)
+    assert ini.received == _completions(srv, ini)
+    assert _mismatches(srv, ini) == []
+
+
+@pytest.mark.parametrize("profile", ["ideal-be", "ideal"])
+def test_sealed_read_source_stores_and_unsealed_loads_served_by_the_nic(profile: str) -> None:
+    """Decision C10, with the standard Initiator (INVALIDATE on every non-inline request,
+    C9): a KV-cache prefill's sealed non-inline ALLOC_STORE and STORE, and a LOAD with
+    ALLOW_UNSEALED of an unsealed block, are served by the chains (ALLOC_STORE on
+    ideal-be only: little-endian atomics, C2); a LOAD without it of the unsealed block
+    (NOT_SEALED) and a STORE to a sealed one (SEALED) by the CPU. Completions and memory
+    equal the software target's."""
+    sim = Simulation(seed=0)
+    srv = OffloadedTargetServer(sim, _config(), profile=profile, refill_batch=1)
+    ini = Initiator(sim, "a", seed=0, profile=profile, initiator_id=Initiator.random_id(0, "a"))
+
+    def work() -> Generator[simpy.Event, Any, list[Any]]:
+        yield ini.connect(srv)
+        out = [(yield ini.alloc_store(0x1000, _block(1), inline=False, seal=True))]
+        out.append((yield ini.alloc_store(0x1001, _block(2), inline=False)))  # unsealed
+        out.append((yield ini.load(0x1001, allow_unsealed=True)))  # NIC
+        out.append((yield ini.load(0x1001)))  # NOT_SEALED: CPU
+        out.append((yield ini.store(0x1001, _block(3), inline=False, seal=True)))  # NIC
+        out.append((yield ini.load(0x1001)))  # sealed now: NIC
+        out.append((yield ini.load(0x1000, allow_unsealed=True)))  # sealed: NIC
+        out.append((yield ini.store(0x1000, _block(4), inline=False, seal=True)))  # SEALED
+        return out
+
+    results = sim.env.run(until=sim.env.process(work()))
+    sim.env.run(until=sim.env.now + 50_000_000)
+    assert [r.completion.status for r in results] == [0, 0, 0, 7, 0, 0, 0, 6]
+    assert [results[i].data for i in (2, 5, 6)] == [_block(2), _block(3), _block(1)]
+    nic = {op: srv.served.get(op, {}).get("nic", 0) for op in ("LOAD", "STORE", "ALLOC_STORE")}
+    assert nic == {"LOAD": 3, "STORE": 1, "ALLOC_STORE": 2 if profile == "ideal-be" else 0}
+    assert srv.served["LOAD"]["cpu"] == 1 and srv.served["STORE"]["cpu"] == 1
+    sources = (_block(1), _block(2), _block(3))  # the RDMA Reads, in order
+    assert ini.received == _completions(srv, ini, sources)
+    assert _mismatches(srv, ini, sources) == []
+    lay, mem = srv.layout, srv.nic.host.memory
+    assert lay is not None
+    for h in (0x1000, 0x1001):  # VALID|SEALED
+        assert mem.read(lay.entry_addr(h), 2) == b"\x00\x03"

@@ -194,3 +194,48 @@ def test_alloc_store_chain_verifies_on_a_big_endian_profile_with_the_capabilitie
     prof = PROFILES["cx5"].replace(name="cx5+", strided_keys=True, native_conditional=True)
     for variant in ("alloc_inline", "alloc_read"):
         assert verify(build_chain(False, "big", None, (variant,)), prof) == []
+
+
+def test_invalidate_patches_are_checked_like_the_others() -> None:
+    """C9: the completion Send's invalidate key (patched from the request's DD STag) and
+    its opcode octet (conditionally patched to SEND_WITH_INVALIDATE) are placed fields:
+    held back, in the WQE's byte order; the opcode keeps the WQE's segments."""
+    ch = build_chain(True, "little", variants=("load",))
+    assert verify(ch, IDEAL) == []
+    assert ch.wr("c_inv_load").cond is not None  # only with INVALIDATE
+    ch.graph.remove_edge("enable_conn_4", "load_send")
+    got = rules(verify(ch, IDEAL))
+    assert {("load_send", "imm", "held-back"), ("load_send", "opcode", "held-back")} <= got
+    # a big-endian STag (no ADDR_LE) into a little-endian WQE's key field
+    got = rules(verify(build_chain(False, "little", variants=("load",)), IDEAL))
+    assert ("load_send", "imm", "byte-order") in got
+    assert ("load_send", "opcode", "byte-order") not in got  # one octet
+    ch = build_chain(True, "little", variants=("load",))
+    ch.wr("c_inv_load").inline = bytes([Opcode.RDMA_WRITE])  # other segments
+    assert ("load_send", "opcode", "consistency") in rules(verify(ch, IDEAL))
+    ch.wr("c_inv_load").inline = bytes([Opcode.SEND_WITH_IMM])  # same segments: sound
+    assert verify(ch, IDEAL) == []
+
+
+def test_seal_and_allow_unsealed_patches_are_checked_like_the_others() -> None:
+    """C10: the second LOAD entry marker's remote address (patched if ALLOW_UNSEALED), the
+    Read-source STORE's new Flags word and the Read-source ALLOC_STORE's Add Data (patched
+    if SEAL) are placed before use and held back; a patch of the big-endian Add Data needs
+    big-endian WQE fields."""
+    ch = build_chain(True, "little", variants=("load", "store_read"))
+    assert verify(ch, IDEAL) == []
+    for name in ("c_au_load", "c_seal_store_read", "c_noseal_store_read"):
+        assert ch.wr(name).cond is not None and ch.wr(name).step == 1
+    ch.graph.remove_edge("enable_worker_3", "m_load_entry_u")
+    assert ("m_load_entry_u", "raddr", "held-back") in rules(verify(ch, IDEAL))
+    ch = build_chain(True, "little", variants=("store_read",))
+    ch.wr("c_seal_store_read").step = 5  # after the update reads the word
+    for a, b in list(ch.graph.in_edges("c_seal_store_read")) + list(
+            ch.graph.out_edges("c_seal_store_read")):
+        ch.graph.remove_edge(a, b)
+    assert ("sr_upd", "buf:fl_store_read", "placed-before-use") in rules(verify(ch, IDEAL))
+    be = PROFILES["ideal-be"]
+    assert verify(build_chain(False, "big", variants=("alloc_read",)), be) == []
+    got = rules(verify(build_chain(False, "big", variants=("alloc_read",)),
+                       be.replace(wqe_field_byte_order="little")))
+    assert ("ar_gen", "swap_add", "byte-order") in got
