@@ -85,6 +85,7 @@ def _plugin_registrars() -> list[Callable[[Any], None]]:
     """Subcommands defined beside the code they drive (imported lazily: fast startup)."""
     from kbtpsim.chains.cli import add_chains_parser, replay_chain_main
     from kbtpsim.nic.bench import add_nicbench_parser
+    from kbtpsim.oracle.cli import add_oracle_parsers
     from kbtpsim.run.cli import add_run_parsers
     from kbtpsim.target.replay import add_replay_parser, register_chain_replay
 
@@ -92,7 +93,8 @@ def _plugin_registrars() -> list[Callable[[Any], None]]:
     # must not import the NIC or the chains, finds it through this registration.
     register_chain_replay(replay_chain_main)
 
-    return [add_run_parsers, add_replay_parser, add_nicbench_parser, add_chains_parser]
+    return [add_run_parsers, add_replay_parser, add_nicbench_parser, add_chains_parser,
+            add_oracle_parsers]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

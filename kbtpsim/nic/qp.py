@@ -21,6 +21,7 @@ The first error completion moves the QP to ``QpState.ERROR``: later WRs complete
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -97,6 +98,7 @@ class QueuePair(RxSide):
         "enable_limit",
         "env",
         "exec_index",
+        "fault_hook",
         "fetch_barrier",
         "fetch_gen",
         "fetch_index",
@@ -154,6 +156,10 @@ class QueuePair(RxSide):
         self.fetch_barrier = -1  #: index of a fetched, not yet executed WAIT
         self.exec_index = 0
         self.halted = False  #: a WR failed at execution: flush the rest
+        #: fault injection (kbtpsim.oracle.faults): called as ``hook(phase, index)`` with
+        #: phase "fetch" before a WQE fetch is issued and "exec" before a fetched WQE
+        #: executes; returns extra delay in ps (0: none). None (default): no faults
+        self.fault_hook: Callable[[str, int], int] | None = None
         self.retired = 0
         self.fetched: dict[int, bytes] = {}
         self.wr_ids = [0] * sq_depth
@@ -307,6 +313,11 @@ class QueuePair(RxSide):
             if self.state is QpState.ERROR or start >= top or self.fetch_barrier >= 0:
                 yield self._fetch_sig.wait()
                 continue
+            if self.fault_hook is not None:  # a stalled WQE fetch (fault injection)
+                stall = self.fault_hook("fetch", start)
+                if stall:
+                    yield self.env.timeout(stall)
+                    continue
             n = min(top - start, batch_max, depth - start % depth)
             env = self.env
             label = self._label("fetch", start)
@@ -366,6 +377,10 @@ class QueuePair(RxSide):
             if raw is None:
                 yield self._exec_sig.wait()
                 continue
+            if self.fault_hook is not None:  # a chain delayed at this WR (fault injection)
+                delay = self.fault_hook("exec", idx)
+                if delay:
+                    yield env.timeout(delay)
             yield env.timeout(nic.decode_unit.reserve(nic.decode_ps, self._label("decode", idx))
                               - env.now)
             self._mark(idx, "started")

@@ -1,0 +1,181 @@
+"""The draft's interleaving example (its last section; FORMATS.md) on the NIC model.
+
+A shared ring of four free blocks 100..103 (N = F = 4, 32 KiB blocks). X's ALLOC_STORE
+runs in a chain, which takes ticket 0 (FetchAdd on Head) and is then *delayed* before it
+reads slot 0 (fault :class:`~kbtpsim.oracle.faults.DelayChain` at the slot Read).
+Meanwhile Y's ALLOC_STOREs (chains too) take tickets 1, 2, 3 (blocks 101, 102, 103) and Y
+frees block 101: the free obtains Tail ticket 4, whose slot is slot 0, not consumed yet,
+so it is deferred. X's chain resumes, reads slot 0, obtains block 100 and consumes the
+slot; the target CPU, seeing X's credit finish, performs the deferred free, which writes
+slot 0 = {4, 101} (and completes Y's FREE); Y's next allocation (ticket 4) obtains block
+101. Every completion and the final state are checked against the shadow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from kbtpsim.oracle.campaign import Pool, Spec, _Run
+from kbtpsim.oracle.compare import Divergence
+from kbtpsim.oracle.faults import DelayChain, Faults
+
+BLOCK = 32 * 1024  #: the Block Size of the draft's numbering (decision T8, README)
+X_HANDLE, Y_HANDLE = 0x100, 0x200
+DELAY_NS = 200_000.0  #: how long X's chain is held before its slot Read
+
+
+@dataclass
+class Outcome:
+    """Block Offsets each allocation obtained, and what the oracle found."""
+
+    x_block: int | None = None
+    y_blocks: list[int] = field(default_factory=list)
+    ticket4_block: int | None = None
+    x_served_by: str | None = None
+    free_deferred: bool = False
+    slot0: bytes = b""
+    divergences: list[Divergence] = field(default_factory=list)
+
+
+def run_interleaving(profile: str = "ideal-be", seed: int = 1) -> Outcome:
+    """Reproduce the example on ``profile`` (one whose chains serve ALLOC_STORE)."""
+    faults = Faults(delay=DelayChain("X", "alloc_inline", "ai_read_slot", DELAY_NS))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults)
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 1), ("Y", Y_HANDLE, "default", 3)),
+                blocks=4, block_size=BLOCK, first_block=100)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x, y = run.inis["X"], run.inis["Y"]
+    out = Outcome()
+    head = server.layout.rings[0].head_addr if server.layout else 0
+    order = server.layout.counter_byte_order if server.layout else "big"
+    mem = server.nic.host.memory
+
+    def data(c: bytes) -> bytes:
+        return c * BLOCK
+
+    def note(ini: Any, res: Any) -> Any:
+        if res is not None and res.completion is not None and ini.conn is not None:
+            run.results[(ini.conn.conn_id, res.completion.request_id)] = res
+        return res
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield env.all_of([x.connect(server), y.connect(server)])
+        run.new_connections()
+        xp = x.alloc_store(X_HANDLE, data(b"X"), seal=True)
+        while mem.read_u64(head, order) >> 32 < 1:  # X's chain holds ticket 0
+            yield env.timeout(100_000)
+        for i in range(3):
+            res = note(y, (yield y.alloc_store(Y_HANDLE + i, data(b"Y"), seal=True)))
+            out.y_blocks.append(res.completion.block_offset)
+        fp = y.free(Y_HANDLE)
+        yield env.timeout(20_000_000)  # the free has its Tail ticket, X still waits
+        out.free_deferred = fp.is_alive
+        res = note(x, (yield xp))
+        out.x_block = res.completion.block_offset
+        note(y, (yield fp))
+        out.slot0 = mem.read(server.layout.rings[0].slot_addr(0), 16) if server.layout \
+            else b""
+        res = note(y, (yield y.alloc_store(Y_HANDLE + 3, data(b"4"), seal=True)))
+        out.ticket4_block = res.completion.block_offset
+
+    done = env.process(scenario())
+    if not run.run_until(done, 20_000_000_000):
+        out.divergences.append(Divergence("missing", "the example did not complete"))
+    out.divergences += run.checkpoint(final=True)
+    for info in server.credits.get(x.conn.conn_id if x.conn else -1, []):
+        if info.finished.ticket == 0:
+            out.x_served_by = info.finished.served
+    return out
+
+
+
+
+def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1) -> list[Divergence]:
+    """Decision O5 made deterministic: X's ALLOC_STORE runs in its chain; the moment the
+    chain's FetchAdd on Head has landed, X's connection fails (``Initiator.close``). The
+    chain goes on and binds the handle in memory; then X reconnects and stores to the
+    handle. The shadow is fed what the live target was told."""
+    spec = Spec(seed=seed, profile=profile, ops=0)
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=4096)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x = run.inis["X"]
+    head = server.layout.rings[0].head_addr if server.layout else 0
+    order = server.layout.counter_byte_order if server.layout else "big"
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        proc = x.alloc_store(X_HANDLE, b"X" * 4096, seal=True)
+        while mem.read_u64(head, order) >> 32 < 1:  # the chain holds its ticket
+            yield env.timeout(100_000)
+        x.close()
+        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+            yield proc
+        yield env.timeout(50_000_000)
+        for _ in range(20):  # the target processes the disconnect on a core
+            try:
+                yield x.connect(server) if x.broken is not None else x.hello()
+                break
+            except Exception:
+                yield env.timeout(20_000_000)
+        run.new_connections()
+        res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
+        if x.conn is not None and res.completion is not None:
+            run.results[(x.conn.conn_id, res.completion.request_id)] = res
+
+    done = env.process(scenario())
+    out: list[Divergence] = []
+    if not run.run_until(done, 5_000_000_000):
+        out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
+    return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
+
+
+def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
+                         delay_ns: float = 100_000.0) -> list[Divergence]:
+    """Decision O3 made concrete: a pool of one block. A stores a sealed block at handle
+    h1; B's LOAD of h1 runs in its chain, which reads the entry and is then delayed before
+    its data Write (fault ``DelayChain``); meanwhile A frees h1 (the block returns to the
+    ring) and stores other data at h2, which obtains the same block. B's chain then sends
+    the block's new contents with the old entry's Generation. The software target, whose
+    LOAD reads the entry and the block at once, delivers the old contents (the LOAD is
+    linearised at the chain's entry Read)."""
+    faults = Faults(delay=DelayChain("B", "load", "load_write", delay_ns))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults)
+    bs = 512
+    pool = Pool(initiators=(("A", X_HANDLE, "default", 1), ("B", X_HANDLE + 0x20, "default",
+                                                            0)), blocks=1, block_size=bs)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    a, b = run.inis["A"], run.inis["B"]
+
+    def note(ini: Any, res: Any) -> None:
+        if res is not None and res.completion is not None and ini.conn is not None:
+            run.results[(ini.conn.conn_id, res.completion.request_id)] = res
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield env.all_of([a.connect(server), b.connect(server)])
+        run.new_connections()
+        note(a, (yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
+        load = b.load(X_HANDLE, invalidate=False)
+        yield env.timeout(30_000_000)  # B's chain has read the entry, waits at its Write
+        note(a, (yield a.free(X_HANDLE)))
+        note(a, (yield a.alloc_store(X_HANDLE + 1, b"2" * bs, seal=True)))
+        note(b, (yield load))
+
+    done = env.process(scenario())
+    out: list[Divergence] = []
+    if not run.run_until(done, 5_000_000_000):
+        out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
+    return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
+
+
+__all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_interleaving",
+           "run_load_during_free"]

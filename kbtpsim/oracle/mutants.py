@@ -1,0 +1,274 @@
+"""Deliberate chain bugs (mutants), each a transformation of the compiled per-credit chain,
+and the campaign that must catch it.
+
+Every mutant finds the WRs it changes by name pattern, role, part, opcode and remote
+kind, never by position, and runs as compiled: the server does not verify the mutated
+chain (:class:`~kbtpsim.oracle.node.ObservedServer` applies ``chain_transform`` after
+the plan). :func:`static_findings` says in addition whether the verifier
+(:mod:`kbtpsim.chains.verify`) would have rejected it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from kbtpsim.chains.compiler import VARIANTS, build_chain
+from kbtpsim.chains.ir import Addr, Chain, Read, Role, WrTemplate
+from kbtpsim.chains.verify import verify
+from kbtpsim.nic.wqe import Opcode
+from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
+from kbtpsim.oracle.faults import Faults
+
+
+class MutantNotApplicable(ValueError):
+    """The chain has no WR the mutant changes (e.g. no ALLOC_STORE variant)."""
+
+
+def _wrs(chain: Chain, pred: Callable[[WrTemplate], bool]) -> list[WrTemplate]:
+    return [w for w in chain.wrs() if pred(w)]
+
+
+def _need(found: list[WrTemplate], what: str) -> list[WrTemplate]:
+    if not found:
+        raise MutantNotApplicable(f"no {what} in the chain")
+    return found
+
+
+def _always(w: WrTemplate) -> None:
+    """Make ``w``'s condition always true (mask 0), keeping its (maybe placed) operands."""
+    assert w.cond is not None
+    w.cond = replace(w.cond, mask=bytes(8))
+
+
+def _entry_read(chain: Chain) -> WrTemplate:
+    return _need(_wrs(chain, lambda w: w.part == "dispatch" and w.opcode is Opcode.RDMA_READ
+                      and w.remote_kind == "strided_table"), "table-entry Read")[0]
+
+
+def drop_wait(chain: Chain) -> None:
+    """Drop the master's WAIT that holds LOAD's data Write back until the entry's Block
+    Offset has been patched into it (rule held-back): its WQE may be fetched with a stale
+    local address."""
+    write = _need(_wrs(chain, lambda w: w.part == "load" and w.role is Role.CONN
+                       and w.opcode is Opcode.RDMA_WRITE), "LOAD data Write")[0]
+    waits = _need(_wrs(chain, lambda w: w.role is Role.MASTER and w.opcode is Opcode.WAIT
+                       and w.step == write.step - 1 and isinstance(w.fields.get("target"), Addr)
+                       and w.fields["target"].ref == "cq:chain"),  # type: ignore[union-attr]
+                  "WAIT before the LOAD data Write")
+    chain.graph.remove_node(waits[0].name)
+
+
+def skip_sequence(chain: Chain) -> None:
+    """ALLOC_STORE: the slot's Sequence is not compared with the ticket."""
+    for w in _need(_wrs(chain, lambda w: w.cond is not None
+                        and w.cond.compare_source is not None
+                        and VARIANTS.get(w.part) is not None
+                        and VARIANTS[w.part].op == "ALLOC_STORE"), "Sequence marker"):
+        _always(w)
+
+
+def byte_order(chain: Chain) -> None:
+    """The handle scattered into the entry Read's remote address in the wrong byte order
+    (the other order's octets and shift)."""
+    read = _entry_read(chain)
+    dest = f"wqe:{read.name}.raddr"
+    p = _need(_wrs(chain, lambda w: w.role is Role.WORKER and any(
+        pl.dest == dest for pl in w.places)), "handle patch")[0]
+    (g,) = p.gather
+    flipped = "buf:ct+13" if g.loc == "buf:ct+12" else "buf:ct+12"
+    p.gather = (replace(g, loc=flipped),)
+    raddr = p.fields["raddr"]
+    assert isinstance(raddr, Addr)
+    p.fields["raddr"] = Addr(raddr.ref, 1 - raddr.offset)
+
+
+def swap_length_offset(chain: Chain) -> None:
+    """Every COMPLETION Send gathers the Block Offset where Data Length goes and vice
+    versa."""
+    sends = _need(_wrs(chain, lambda w: w.role is Role.CONN and w.opcode is Opcode.SEND),
+                  "COMPLETION Send")
+    for w in sends:
+        g = list(w.gather)
+        i = next(k for k, r in enumerate(g) if r.length == 4 and "Data Length" in r.about)
+        j = next(k for k, r in enumerate(g) if r.length == 12)
+        g[i], g[j] = g[j], g[i]
+        w.gather = tuple(g)
+
+
+def complete_early(chain: Chain) -> None:
+    """LOAD: the COMPLETION Send is posted before the data Write on the connection QP."""
+    part = [w for w in chain.wrs() if w.part == "load" and w.role is Role.CONN]
+    write = _need([w for w in part if w.opcode is Opcode.RDMA_WRITE], "LOAD data Write")[0]
+    _need([w for w in part if w.opcode is Opcode.SEND], "LOAD Send")
+    def last() -> str:
+        return [w for w in chain.wrs() if w.step == write.step and w.role is Role.CONN][-1].name
+
+    old_last = last()
+    g = chain.graph
+    attrs = dict(g.nodes[write.name])
+    ins = [(a, d) for a, _, d in g.in_edges(write.name, data=True)]
+    outs = [(b, d) for _, b, d in g.out_edges(write.name, data=True)]
+    g.remove_node(write.name)  # re-insert: queue order is insertion order within a step
+    g.add_node(write.name, **attrs)
+    for a, d in ins:
+        g.add_edge(a, write.name, **d)
+    for b, d in outs:
+        g.add_edge(write.name, b, **d)
+    new_last = last()
+    for w in chain.wrs():  # the step's ENABLE still releases all of the step
+        c = w.fields.get("count")
+        if w.opcode is Opcode.ENABLE and isinstance(c, Addr) and c.ref == f"wr:{old_last}":
+            w.fields["count"] = Addr(f"wr:{new_last}", c.offset)
+
+
+def skip_consume(chain: Chain) -> None:
+    """ALLOC_STORE: the slot is written back unchanged instead of marked consumed (its
+    Block Offset is not replaced by all ones)."""
+    for w in _need(_wrs(chain, lambda w: VARIANTS.get(w.part) is not None
+                        and VARIANTS[w.part].op == "ALLOC_STORE"
+                        and w.opcode is Opcode.RDMA_WRITE and w.remote_kind == "ring"),
+                   "slot consume Write"):
+        w.gather = tuple(Read("buf:bo2+4", 8, r.producers, "slot Block Offset (unchanged)")
+                         if r.loc == "buf:k_ones" else r for r in w.gather)
+
+
+def skip_generation(chain: Chain) -> None:
+    """The request's Generation is not tested (nor its Status): a stale Generation is
+    served."""
+    for w in _need(_wrs(chain, lambda w: w.cond is not None
+                        and w.cond.word.loc == "buf:ct+20"), "Generation marker"):
+        _always(w)
+
+
+def skip_sealed(chain: Chain) -> None:
+    """STORE: the entry's SEALED flag is not tested: a sealed block is overwritten."""
+    found = _need(_wrs(chain, lambda w: w.part in ("store_inline", "store_read")
+                       and w.cond is not None and w.cond.word.loc == "buf:w"),
+                  "STORE entry marker")
+    for w in found:
+        assert w.cond is not None
+        mask = bytearray(w.cond.mask)
+        mask[1] &= ~0x02  # Flags octet 1: SEALED (0x0002) no longer tested
+        w.cond = replace(w.cond, mask=bytes(mask))
+
+
+def skip_length(chain: Chain) -> None:
+    """The message length (the receive's byte count) is not tested (decision C1)."""
+    for w in _need(_wrs(chain, lambda w: w.cond is not None and w.cond.word.loc == "buf:bc"),
+                   "byte-count marker"):
+        _always(w)
+
+
+def skip_quota(chain: Chain) -> None:
+    """ALLOC_STORE: the CPU's quota octet is not tested (NO_SPACE is not enforced)."""
+    for w in _need(_wrs(chain, lambda w: w.name.endswith("_fold") and w.cond is not None),
+                   "quota fold marker"):
+        assert w.cond is not None
+        mask = bytearray(w.cond.mask)
+        mask[7] = 0
+        w.cond = replace(w.cond, mask=bytes(mask))
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A chain bug and the campaign that must catch it."""
+
+    name: str
+    transform: Callable[[Chain], None]
+    about: str
+    mix: str = "default"
+    ops: int = 48
+    profile: str = "ideal-be"
+    faults: Faults = field(default_factory=Faults)
+
+    def spec(self, seed: int, ops: int | None = None, profile: str | None = None) -> Spec:
+        return Spec(seed=seed, profile=profile or self.profile,
+                    ops=self.ops if ops is None else ops, mix=self.mix, phases=2,
+                    faults=self.faults, mutant=self.name)
+
+
+CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
+    Mutant("drop-wait", drop_wait, "drop the WAIT that holds LOAD's data Write back until "
+           "its patched address has landed", mix="valid"),
+    Mutant("skip-sequence", skip_sequence, "ALLOC_STORE without the Sequence = Ticket check",
+           mix="fill", ops=96, faults=Faults(slot_ns=50_000.0)),
+    Mutant("byte-order", byte_order, "the handle's octets in the wrong byte order in the "
+           "entry Read's address"),
+    Mutant("swap-length-offset", swap_length_offset, "Data Length and Block Offset swapped "
+           "in the COMPLETION"),
+    Mutant("complete-early", complete_early, "LOAD's COMPLETION sent before its data Write",
+           mix="valid"),
+    Mutant("skip-consume", skip_consume, "ALLOC_STORE does not mark its slot consumed",
+           mix="valid"),
+    Mutant("skip-generation", skip_generation, "the request's Generation is not tested",
+           mix="invalid"),
+    Mutant("skip-sealed", skip_sealed, "STORE does not test SEALED", mix="invalid"),
+    Mutant("skip-length", skip_length, "the message length (receive byte count) is not "
+           "tested", mix="invalid"),
+    Mutant("skip-quota", skip_quota, "ALLOC_STORE ignores the CPU's quota octet",
+           mix="churn"),
+)}
+
+
+def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
+    """The verifier's findings on the mutated full chain beyond the unmutated chain's
+    (empty: the verifier would not have caught it)."""
+    prof = resolve_profile(profile)
+    base = build_chain(prof.wqe_field_byte_order != "big",
+                       prof.atomic_byte_order)  # type: ignore[arg-type]
+    mutated = copy.deepcopy(base)
+    m.transform(mutated)
+    before = {(v.rule, v.wr, v.field) for v in verify(base, prof)}
+    return sorted({f"[{v.rule}] {v.wr}.{v.field}" for v in verify(mutated, prof)
+                   if (v.rule, v.wr, v.field) not in before})
+
+
+def applicable(m: Mutant, profile: str | None = None) -> bool:
+    """Whether ``m`` changes anything in the chains a campaign's initiator gets on
+    ``profile`` (default: the mutant's own)."""
+    plan = plan_for(profile or m.profile)
+    if not plan.offloaded:
+        return False
+    try:
+        m.transform(copy.deepcopy(plan.chain))
+    except MutantNotApplicable:
+        return False
+    return True
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    result: Result
+    static: list[str]
+
+    @property
+    def caught(self) -> bool:
+        return not self.result.ok
+
+    def row(self) -> dict[str, object]:
+        first = self.result.divergences[0] if self.result.divergences else None
+        return {"mutant": self.mutant.name, "caught": self.caught,
+                "by": None if first is None else f"{first.kind}: {first.detail}",
+                "requests": self.result.requests, "seed": self.result.spec.seed,
+                "profile": self.result.spec.profile, "mix": self.result.spec.mix,
+                "verifier": self.static or None, "wall_s": round(self.result.wall_s, 2),
+                "replay": self.result.spec.replay()}
+
+
+def run_mutant(m: Mutant, seed: int = 1, ops: int | None = None,
+               profile: str | None = None) -> Outcome:
+    """Run ``m``'s campaign with the mutant in every connection's chain."""
+    spec = m.spec(seed, ops, profile)
+    result = run_campaign(spec, m.transform)
+    try:
+        static = static_findings(m, spec.profile)
+    except MutantNotApplicable:
+        static = []
+    return Outcome(m, result, static)
+
+
+__all__ = ["CATALOGUE", "Mutant", "MutantNotApplicable", "Outcome", "applicable",
+           "run_mutant", "static_findings"]

@@ -1,0 +1,65 @@
+"""``kbtpsim check`` and ``kbtpsim mutants``: plan and replay lines, exit statuses, the
+first divergence readably, one-line user errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtpsim.cli import main
+
+
+def test_check_prints_plan_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--seed", "3", "--profiles", "cx5", "--ops", "16", "--phases", "1",
+               "--addr-le", "default"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "seeds 3..3 (1) x profiles cx5" in out and "16 requests per campaign" in out
+    assert "1 campaigns, 0 diverged" in out
+
+
+def test_check_reports_the_first_divergence(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--seed", "1", "--profiles", "ideal-be", "--ops", "24", "--phases",
+               "1", "--addr-le", "off", "--mutant", "swap-length-offset"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "DIVERGENCE (completion)" in out
+    assert "request: {" in out and "expected: Completion(" in out and "observed:" in out
+    assert "WR timeline" in out and ("load_send" in out or "ai_send" in out)
+    assert ("replay: kbtpsim check --seed 1 --profiles ideal-be --ops 24 --mix default "
+            "--phases 1 --addr-le off --mutant swap-length-offset") in out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["check", "--profiles", "nope"], "--profiles: unknown profile 'nope'"),
+    (["check", "--mix", "bogus"], "--mix: unknown mix 'bogus'"),
+    (["check", "--seeds", "0"], "--seeds: must be >= 1"),
+    (["check", "--seed", "1", "--seeds", "2"], "--seed: give --seed S or --seeds N"),
+    (["check", "--faults", "bad"], "--faults: unknown fault 'bad'"),
+    (["check", "--mutant", "bad"], "--mutant: unknown mutant 'bad'"),
+    (["mutants", "--only", "bad"], "--only: unknown mutant 'bad'"),
+])
+def test_user_errors_are_one_line(argv: list[str], message: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
+def test_mutants_prints_caught_over_total(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutants", "--only", "skip-consume"]) == 0
+    out = capsys.readouterr().out
+    assert "skip-consume" in out and "caught" in out and "1/1 mutants caught" in out
+
+
+def test_mutants_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mutants", "--list"]) == 0
+    assert "skip-sequence" in capsys.readouterr().out
+
+
+def test_same_arguments_same_output(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["check", "--seed", "2", "--profiles", "ideal-be", "--ops", "16", "--phases", "1",
+            "--addr-le", "default", "--mix", "churn", "--json"]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    assert capsys.readouterr().out == first

@@ -1,0 +1,76 @@
+"""Faults (delays, stalls, reordering, in-flight slot writes, dropped connections, rogue
+DIRECT_ALLOC tickets) change timing, never results: the oracle finds no divergence, and
+each fault is seen to act. And the draft's interleaving example on the NIC model."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtpsim.oracle.campaign import Spec, run_campaign
+from kbtpsim.oracle.faults import parse_faults
+from kbtpsim.oracle.interleaving import (
+    BLOCK,
+    run_drop_during_allocation,
+    run_interleaving,
+    run_load_during_free,
+)
+
+
+def test_draft_interleaving_example_on_the_nic() -> None:
+    """Blocks 100..103: X's chain takes ticket 0 and is delayed before reading slot 0; Y
+    takes tickets 1..3 (blocks 101..103) and frees block 101, deferred on slot 0; X gets
+    block 100; the deferred free writes slot 0 = {4, 101}; ticket 4 gets block 101."""
+    out = run_interleaving()
+    assert out.divergences == [], [d.as_dict() for d in out.divergences]
+    assert out.x_served_by == "alloc_inline"  # X's allocation ran in its chain
+    assert out.x_block == 100 * BLOCK
+    assert out.y_blocks == [101 * BLOCK, 102 * BLOCK, 103 * BLOCK]
+    assert out.free_deferred
+    assert out.slot0 == (4).to_bytes(4, "big") + bytes(4) + (101 * BLOCK).to_bytes(8, "big")
+    assert out.ticket4_block == 101 * BLOCK
+
+
+@pytest.mark.parametrize(("profile", "fault", "event", "seed"), [
+    ("ideal-be", "stall", "fetch_stalls", 4), ("ideal-be", "reorder", None, 4),
+    ("ideal-be", "slot", "slot_writes_delayed", 4), ("ideal-be", "rogue", "abandoned", 4),
+    ("cx5", "drop", "dropped", 1), ("cx5", "drop", "dropped", 2)])
+def test_fault_changes_no_result(profile: str, fault: str, event: str | None,
+                                 seed: int) -> None:
+    """(Drops are tested on a profile without chains: on an offloading profile a drop that
+    hits a request a chain is serving diverges, see test_drop_during_a_chain_allocation.)"""
+    res = run_campaign(Spec(seed=seed, profile=profile, ops=48, phases=2, mix="fill",
+                            faults=parse_faults(fault)))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+    if event is not None:
+        assert res.events.get(event, 0) > 0, res.events
+
+
+@pytest.mark.xfail(strict=True, reason="found by the oracle (docs/decisions.md, O5): a "
+                   "connection that fails while a chain serves an ALLOC_STORE loses that "
+                   "allocation from the target's bookkeeping (OffloadedTargetServer stops "
+                   "polling a closed connection, so Target.note_chain_alloc is never "
+                   "called): a VALID entry owned by no initiator")
+def test_drop_during_a_chain_allocation() -> None:
+    divs = run_drop_during_allocation()
+    assert divs == [], [d.as_dict() for d in divs[:5]]
+
+
+@pytest.mark.xfail(strict=True, reason="found by the oracle (docs/decisions.md, O7): with "
+                   "the target's NIC placing its RDMA Writes RDMAP-style, a loopback patch's "
+                   "or marker's CQE does not imply its placement: chain WRs read stale WQE "
+                   "fields and arm words (the live server fails: an ALLOC_STORE chain "
+                   "committed without its FetchAdd)")
+def test_rdmap_placement_at_the_target_breaks_the_chains() -> None:
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=32, phases=2,
+                            mix="fill", faults=parse_faults("reorder-target")))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+
+
+@pytest.mark.xfail(strict=True, reason="found by the oracle (docs/decisions.md, O3): a "
+                   "chain's LOAD reads the entry and the block at different times; a FREE "
+                   "and a re-allocation of the block in between deliver another handle's "
+                   "data under the old Generation")
+@pytest.mark.parametrize("profile", ["ideal", "ideal-be"])
+def test_chain_load_racing_a_free_and_reallocation(profile: str) -> None:
+    divs = run_load_during_free(profile)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
