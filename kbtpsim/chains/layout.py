@@ -35,6 +35,21 @@ def aligned_block(lo: int, hi: int) -> tuple[int, int]:
     return best
 
 
+def enclosing_block(inner: tuple[int, int], lo: int, hi: int) -> tuple[int, int]:
+    """The largest aligned ``(base, bits)`` block that contains the aligned block
+    ``inner`` and lies inside ``[lo, hi)`` (``inner`` itself must lie inside)."""
+    base, bits = inner
+    if base < lo or base + (1 << bits) > hi:
+        raise ValueError(f"block {inner} is not inside [{lo:#x}, {hi:#x})")
+    while bits < 63:
+        size = 1 << (bits + 1)
+        up = base // size * size
+        if up < lo or up + size > hi:
+            break
+        base, bits = up, bits + 1
+    return base, bits
+
+
 #: Tagged Offset of slot 0 in the ring key (low 32 bits zero: a chain patches the
 #: FetchAdd's 32-bit Slot Offset into the low half of a remote address).
 RING_TO = 1 << 32
@@ -90,20 +105,27 @@ class ChainLayout:
         """The constants of a connection's chains (handle blocks, sizes)."""
         ini = next(i for i in config.initiators if i.name == initiator)
         own = aligned_block(ini.handle_base, ini.handle_base + ini.handle_count)
-        # LOAD: the run of same-domain ranges around the initiator's own range
-        same = sorted((i.handle_base, i.handle_base + i.handle_count)
-                      for i in config.initiators if i.trust_domain == ini.trust_domain)
-        lo, hi = ini.handle_base, ini.handle_base + ini.handle_count
-        for a, b in same:
-            if b == lo:
-                lo = a
-        for a, b in same:
-            if a == hi:
-                hi = b
+        lo, hi = self.table_base, self.table_base + self.table_count
+        # LOAD (decision T7: any handle of the trust domain): the largest aligned block
+        # around the own block, inside the table, holding no other domain's handle.
+        # Handles between ranges are in it: their entries are never VALID, so the chain
+        # hands such a LOAD to the CPU, which answers INVALID_HANDLE.
+        foreign = [(i.handle_base, i.handle_base + i.handle_count)
+                   for i in config.initiators if i.trust_domain != ini.trust_domain]
+        load = own
+        while load[1] < 63:
+            size = 1 << (load[1] + 1)
+            up = load[0] // size * size
+            if up < lo or up + size > hi or any(a < up + size and up < b for a, b in foreign):
+                break
+            load = (up, load[1] + 1)
+        # the table test (every variant's entry Read) must admit the own and load blocks:
+        # the largest aligned block of the table around them (not simply the table's
+        # largest aligned block, which may hold another initiator's range only)
+        table = enclosing_block(load, lo, hi)
         return Geometry(
             block_size=config.block_size, max_inline=config.max_inline,
-            table_block=aligned_block(self.table_base, self.table_base + self.table_count),
-            load_block=aligned_block(lo, hi), own_block=own, ring_slots=self.ring_slots)
+            table_block=table, load_block=load, own_block=own, ring_slots=self.ring_slots)
 
     def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
         """The table's strided key (None without ``strided_keys``) and the pool region

@@ -38,6 +38,7 @@ from typing import Any
 
 import simpy
 
+from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
@@ -47,12 +48,29 @@ from kbtpsim.nic.profiles import get_profile
 from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTargetServer, op_name
 from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
 from kbtpsim.target.layout import TargetLayout
+from kbtpsim.wire import Feature
 
 Gen = Generator[simpy.Event, Any, Any]
+
+#: reasons a variant is left out of a connection's chain (ConnectionPlan.software)
+KEPT_ON_CPU = "kept on the target CPU by the configuration (target.operations)"
+DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs take tickets "
+                     "from its own ring (decision S1), the chains' ring is the shared one")
+UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serves it all"
 
 #: CPU accounts that are not KBTP operations
 REFILL = "REFILL"  #: re-posting chains (per-WR posting and doorbells)
 CHAIN = "CHAIN"  #: noticing credits the NIC served (and ALLOC_STORE bookkeeping)
+
+
+def aligned_table(config: TargetConfig) -> tuple[int, int]:
+    """The smallest aligned power-of-two block of handles holding every initiator's."""
+    lo = min(i.handle_base for i in config.initiators)
+    hi = max(i.handle_base + i.handle_count for i in config.initiators)
+    bits = max(0, (hi - 1).bit_length())
+    while bits > 0 and lo >> (bits - 1) == (hi - 1) >> (bits - 1):
+        bits -= 1
+    return lo >> bits << bits, 1 << bits
 
 
 class _ConnQp:
@@ -102,28 +120,41 @@ class OffloadedTargetServer(SoftwareTargetServer):
 
     Arguments as :class:`SoftwareTargetServer`, plus ``refill_batch`` (re-post finished
     chains once at least this many have finished; clamped to 1..credits), ``cpu_slots``
-    (CPU work requests per served credit, default 4) and ``addr_le`` (None: set ADDR_LE
-    when the profile's WQE fields are little-endian). The target's structures are always
-    bytes in host memory (the chains work on them)."""
+    (CPU work requests per served credit, default 4), ``addr_le`` (None: set ADDR_LE
+    when the profile's WQE fields are little-endian), ``variants`` (the fast-path variants
+    to offload where they verify; default all) and ``repost_ns`` (CPU ns to re-post one
+    WQE of a consumed chain; default the profile's ``cpu_post_ns``). The target's
+    structures are always bytes in host memory (the chains work on them)."""
 
     def __init__(self, sim: Simulation, config: TargetConfig, *,
                  profile: str | NicProfile = "ideal-be", refill_batch: int = 1,
-                 cpu_slots: int = 4, addr_le: bool | None = None, **kw: Any) -> None:
+                 cpu_slots: int = 4, addr_le: bool | None = None,
+                 variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
+                 **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         if addr_le is None:
             addr_le = prof.wqe_field_byte_order == "little"
         if config.addr_le != addr_le:
             config = replace(config, addr_le=addr_le)
+        if config.table_range is None and config.initiators:
+            # an aligned power-of-two table: a chain's handle tests are aligned blocks,
+            # and a LOAD block spanning several initiators' ranges must lie in the table
+            config = replace(config, table_range=aligned_table(config))
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch
         self.cpu_slots = cpu_slots
+        self.variants = variants
+        #: CPU ps to re-post one WQE of a consumed chain (None: the CPU's post cost)
+        self.repost_ps = None if repost_ns is None else round(repost_ns * 1000)
         self._chain_conns: dict[int, _ChainConn] = {}
         self._hold: set[int] = set()  #: connections whose next ALLOC_STORE is held
         self._plans: dict[str, ConnectionPlan] = {}
         self._ring_keys: RingKeys | None = None
         #: requests per KBTP operation: {"LOAD": {"nic": n, "cpu": m}, ...}
         self.served: dict[str, dict[str, int]] = {}
+        #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
+        self.log_tickets: dict[int, int] = {}
         super().__init__(sim, config, profile=prof, **kw)
         assert self.layout is not None
         self.chain_layout = ChainLayout.of(self.layout, self.config)
@@ -137,13 +168,31 @@ class OffloadedTargetServer(SoftwareTargetServer):
         return Target(self.config, store=self.nic.host.memory, layout=self.layout)
 
     def plan_for(self, initiator: str) -> ConnectionPlan:
-        """The chain a connection of ``initiator`` pre-posts (cached per name)."""
+        """The chain a connection of ``initiator`` pre-posts (cached per name): the
+        ``variants`` asked for (default all) that verify on the profile. An initiator
+        offered DIRECT_ALLOC keeps ALLOC_STORE on the CPU: a DIRECT_ALLOC session
+        allocates from its own ring (decision S1), the chains' ring is the shared one."""
         if initiator not in self._plans:
-            known = initiator in {i.name for i in self.config.initiators}
-            self._plans[initiator] = plan_connection(
+            ini = next((i for i in self.config.initiators if i.name == initiator), None)
+            wanted = VARIANTS if self.variants is None else self.variants
+            if ini is None:
+                wanted = ()
+            elif ini.features & Feature.DIRECT_ALLOC:
+                wanted = tuple(v for v in wanted if not v.startswith("alloc"))
+            plan = plan_connection(
                 self.nic.profile, self.config, self.chain_layout,
-                initiator if known else self.config.initiators[0].name,
-                None if known else ())
+                initiator if ini is not None else self.config.initiators[0].name,
+                tuple(wanted))
+            for v in VARIANTS:  # nothing left out silently: say why
+                if v in wanted or v in plan.software:
+                    continue
+                if ini is None:
+                    plan.software[v] = [UNKNOWN_INITIATOR]
+                elif self.variants is not None and v not in self.variants:
+                    plan.software[v] = [KEPT_ON_CPU]
+                else:
+                    plan.software[v] = [DIRECT_ALLOC_RING]
+            self._plans[initiator] = plan
         return self._plans[initiator]
 
     # ================================================================ connections
@@ -245,9 +294,17 @@ class OffloadedTargetServer(SoftwareTargetServer):
 
     # ================================================================ the CPU
     def _call(self, entry: tuple[Any, ...], now: int) -> list[Effect]:
+        head = self.target.shared_ring.head_ticket
         out = super()._call(entry, now)
+        if self.target.shared_ring.head_ticket != head:  # the call took a ticket
+            self._log_ticket(head)
         self._kick()  # a target call may let another connection's held credit go
         return out
+
+    def _log_ticket(self, ticket: int) -> None:
+        """The last log entry took ``ticket`` of the shared ring (for replay())."""
+        if self.log:
+            self.log_tickets[len(self.log) - 1] = ticket
 
     def _kick(self) -> None:
         for cc in self._chain_conns.values():
@@ -314,10 +371,17 @@ class OffloadedTargetServer(SoftwareTargetServer):
         op = op_name(f.request)
         self._count(op, "nic")
         conn.received.append(f.request)
-        self.log.append(("handle", cc.conn_id, f.request, now))  # for replay()
+        # for replay(): the request took effect when the NIC ran it (the reference sorts
+        # the log by time); its store data, if any, is the initiator's (read_source)
+        self.log.append(("nic", cc.conn_id, f.request, now if f.nic_time is None
+                         else f.nic_time))
+        if f.ticket is not None:
+            self._log_ticket(f.ticket)
         self.cpu.count(CHAIN)
         yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
-        if f.ticket is not None:  # the chain bound a handle: the CPU's bookkeeping
+        if f.ticket is None:  # LOAD, STORE: only the completion counter
+            self.target.note_chain_op(op)
+        else:  # the chain bound a handle: the CPU's bookkeeping
             effects = self.target.note_chain_alloc(cc.conn_id, f.request, f.ticket, now)
             self._kick()
             yield from self.carry_out(effects, CHAIN)  # e.g. a FREE deferred on that slot
@@ -335,7 +399,10 @@ class OffloadedTargetServer(SoftwareTargetServer):
         now = int(self.env.now)
         if f.ticket is not None:  # the chain took a ticket, its slot was not ready
             conn.received.append(f.request)
-            self.log.append(("handle", cc.conn_id, f.request, now))
+            # the reference takes the ticket when the chain's FetchAdd took it
+            self.log.append(("handle", cc.conn_id, f.request, now if f.nic_time is None
+                             else f.nic_time))
+            self._log_ticket(f.ticket)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
             self._kick()
         else:
@@ -394,8 +461,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
         if n:
             per_credit = len(cs.templates) + cs.cpu_slots
             self.cpu.count(REFILL, n)
-            yield from self.cpu.spend(REFILL, n * per_credit * self.cpu.post_ps
-                                      + self.cpu.doorbell_ps)
+            post = self.cpu.post_ps if self.repost_ps is None else self.repost_ps
+            yield from self.cpu.spend(REFILL, n * per_credit * post + self.cpu.doorbell_ps)
 
 
 __all__ = ["CHAIN", "REFILL", "OffloadedTargetServer"]

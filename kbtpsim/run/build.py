@@ -22,6 +22,8 @@ import networkx as nx
 from kbtpsim.nic import Link, NicProfile, Simulation
 from kbtpsim.nic.units import Unit
 from kbtpsim.scenario.schema import (
+    BASELINE_MODES,
+    CHAIN_OPS,
     ExpandedInitiator,
     Scenario,
     SchemaRuleError,
@@ -35,18 +37,6 @@ from kbtpsim.wire import Feature
 
 HANDLE_ALIGN = 0x1000
 DEFAULT_SWITCH = "switch"
-
-
-class OffloadUnavailable(RuntimeError):
-    """A scenario asks for ``mode: offload`` (kbtpsim.chains is not available yet)."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.path = path
-
-    def __str__(self) -> str:
-        return (f"{self.path}: offload: the offloaded chain target (kbtpsim.chains) is not "
-                "available yet; use mode: software")
 
 
 @dataclass
@@ -106,9 +96,20 @@ def requested_features(e: ExpandedInitiator, tgt: TargetSpec) -> Feature:
             asked = getattr(tgt.features, name)
         if asked:
             f |= flag
-    if tgt.features.addr_le:
+    if addr_le(tgt):
         f |= Feature.ADDR_LE
     return f
+
+
+def addr_le(tgt: TargetSpec) -> bool:
+    """The target's ADDR_LE: as set, else (null) the byte order of the target NIC's WQE
+    fields in offload mode (the order its chains need, docs/chains.md) and off in
+    software mode."""
+    if tgt.features.addr_le is not None:
+        return tgt.features.addr_le
+    if tgt.mode != "offload":
+        return False
+    return bool(nic_profile(tgt.nic, "target.nic").wqe_field_byte_order == "little")
 
 
 def initiator_buffers(e: ExpandedInitiator, tgt: TargetSpec) -> int:
@@ -143,7 +144,7 @@ def target_configs(sc: Scenario) -> tuple[dict[str, TargetConfig],
                 ticket_timeout_ms=tgt.ticket_timeout // PS_PER_MS,
                 retention_ms=tgt.retention // PS_PER_MS,
                 counter_mode=CounterMode(tgt.counter_mode), binding=Binding(tgt.binding),
-                addr_le=tgt.features.addr_le)
+                addr_le=addr_le(tgt))
         except ValueError as exc:  # a rule check() missed: still one line naming the target
             raise SchemaRuleError(target_path(sc, tgt.name), str(exc)) from None
     return configs, expanded
@@ -183,10 +184,6 @@ def build(sc: Scenario, *, trace: bool = False, oracle: bool = True) -> System:
     operation as it finishes). Without ``oracle`` the servers keep no log of target calls
     and the initiators no received messages: only the oracle replays them, and they grow
     with the run."""
-    for i, tgt in enumerate(sc.targets):
-        if tgt.mode == "offload":
-            raise OffloadUnavailable(("target" if i == 0 else
-                                      f"additional_targets[{i - 1}]") + ".mode")
     configs, expanded = target_configs(sc)
     sim = Simulation(trace=trace, seed=sc.seed)
     profiles: dict[str, NicProfile] = {}
@@ -196,14 +193,31 @@ def build(sc: Scenario, *, trace: bool = False, oracle: bool = True) -> System:
         prof = nic_profile(tgt.nic, f"{path}.nic")
         profiles[tgt.name] = prof
         costs = CpuCosts(per_op_ns={k: v / 1000 for k, v in tgt.cpu.op_costs.items()})
-        servers[tgt.name] = SoftwareTargetServer(
-            sim, configs[tgt.name], name=tgt.name, profile=prof, cores=tgt.cpu.cores,
-            costs=costs, staging_bytes=tgt.staging, keep_log=oracle)
+        kw: dict[str, Any] = dict(name=tgt.name, profile=prof, cores=tgt.cpu.cores,
+                                  costs=costs, staging_bytes=tgt.staging, keep_log=oracle)
+        if tgt.mode == "offload":
+            servers[tgt.name] = _offloaded(sim, configs[tgt.name], tgt, kw)
+        elif tgt.mode in BASELINE_MODES:  # not KBTP: kbtpsim.baselines
+            from kbtpsim.baselines import make_server
+
+            servers[tgt.name] = make_server(sim, configs[tgt.name], tgt, profile=prof,
+                                            costs=costs)  # type: ignore[assignment]
+        else:
+            servers[tgt.name] = SoftwareTargetServer(sim, configs[tgt.name], **kw)
     initiators: dict[str, Initiator] = {}
     specs = {t.name: t for t in sc.targets}
     for e in expanded.values():
         prof = nic_profile(e.spec.nic, f"{e.path}.nic")
         profiles[e.name] = prof
+        if specs[e.target].mode in BASELINE_MODES:
+            from kbtpsim.baselines import make_client
+
+            initiators[e.name] = make_client(  # type: ignore[assignment]
+                sim, e.name, specs[e.target], profile=prof, seed=sc.seed,
+                initiator_id=Initiator.random_id(sc.seed, e.name),
+                completion_credits=e.spec.completion_credits,
+                buffer_bytes=initiator_buffers(e, specs[e.target]))
+            continue
         initiators[e.name] = Initiator(
             sim, e.name, profile=prof, seed=sc.seed,
             initiator_id=Initiator.random_id(sc.seed, e.name),
@@ -214,6 +228,22 @@ def build(sc: Scenario, *, trace: bool = False, oracle: bool = True) -> System:
             keep_results=False, keep_received=oracle)
     graph = build_graph(sc, profiles)
     return System(sc, sim, servers, configs, initiators, expanded, graph)
+
+
+def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
+               kw: dict[str, Any]) -> SoftwareTargetServer:
+    """``mode: offload``: the chain target (kbtpsim.chains), with the operations
+    ``target.operations`` keeps on the CPU left out of every connection's chain."""
+    from kbtpsim.chains import OPERATIONS
+    from kbtpsim.chains.server import OffloadedTargetServer
+
+    keep = {op.upper() for op, where in tgt.operations.items() if where == "software"}
+    variants = tuple(v for op in CHAIN_OPS if op.upper() not in keep
+                     for v in OPERATIONS[op.upper()])
+    return OffloadedTargetServer(sim, config, addr_le=config.addr_le, variants=variants,
+                                 refill_batch=tgt.cpu.refill_batch,
+                                 repost_ns=None if tgt.cpu.repost_wqe is None
+                                 else tgt.cpu.repost_wqe / 1000, **kw)
 
 
 def connect_all(system: System) -> Any:

@@ -17,7 +17,6 @@ EXIT_DIVERGED = 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from kbtpsim.run.build import OffloadUnavailable
     from kbtpsim.run.progress import Progress
     from kbtpsim.run.results import summary_table, write_results
     from kbtpsim.run.runner import run_scenario
@@ -34,7 +33,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     wall = time.perf_counter()
     try:
         outcome = run_scenario(sc, oracle=args.oracle, progress=bar.update)
-    except (OffloadUnavailable, SchemaRuleError) as exc:
+    except SchemaRuleError as exc:
         return _fail(str(exc))
     except StagingFull as exc:
         return _fail(f"target.staging: {exc} (raise target.staging or "
@@ -80,10 +79,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         points = load_sweep(args.sweep, extra)
     except ScenarioError as exc:
         return _fail(str(exc))
-    offload = [p for p in points if any(t.mode == "offload" for t in p.scenario.targets)]
-    if offload:
-        return _fail("target.mode: offload: the offloaded chain target (kbtpsim.chains) is "
-                     "not available yet; use mode: software")
     out = Path(args.output) if args.output else Path("results") / Path(args.sweep).stem
     done = [0]
 

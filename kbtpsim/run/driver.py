@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import simpy
 
+from kbtpsim.baselines.measure import MemoryProbe, round_trips
+from kbtpsim.baselines.workload import attach, kv_request, prefill_workload
 from kbtpsim.run.build import System
 from kbtpsim.run.metrics import Recorder
 from kbtpsim.system import ConnectionLost, Initiator, OpResult, RdmaError
@@ -22,7 +24,6 @@ from kbtpsim.wire import Free, Status, encode
 from kbtpsim.workload import (
     FOREIGN_HANDLE,
     DecodeWorkload,
-    PrefillWorkload,
     Request,
     SequenceRegistry,
     SyntheticWorkload,
@@ -66,6 +67,8 @@ class Driver:
         self.dropped: dict[str, int] = {}
         self.lost: dict[str, str] = {}
         self.registries: dict[str, SequenceRegistry] = {}
+        #: KV data held per target, for memory utilisation (set by the runner)
+        self.memory: MemoryProbe | None = None
         sc = system.scenario
         for index, (name, e) in enumerate(system.expanded.items()):
             wl = e.spec.workload
@@ -78,9 +81,10 @@ class Driver:
             registry = self.registries.setdefault(e.target, SequenceRegistry())
             gen: Workload
             if wl.kind == "kvcache" and wl.kvcache.role == "prefill":
-                gen = PrefillWorkload(wl, rng, registry, name=name, handle_base=cfg.handle_base,
-                                      handles=cfg.handle_count, quota=cfg.quota,
-                                      inline_threshold=threshold)
+                gen = prefill_workload(tgt, wl, rng, registry, name=name,
+                                       handle_base=cfg.handle_base, handles=cfg.handle_count,
+                                       quota=cfg.quota, inline_threshold=threshold)
+                attach(system.initiators[name], gen)
             elif wl.kind == "kvcache":
                 gen = DecodeWorkload(wl, rng, registry)
             else:
@@ -90,7 +94,12 @@ class Driver:
                                         block_size=tgt.block_size)
             self.workloads[name] = gen
 
+    def drain(self) -> None:
+        """Issue nothing more (requests in flight go on): the run has ended."""
+        self.draining = True
+
     def start(self) -> None:
+        self.draining = False
         for name, gen in self.workloads.items():
             wl = self.system.expanded[name].spec.workload
             if wl.loop == "closed":
@@ -101,7 +110,7 @@ class Driver:
 
     # ------------------------------------------------------------------ loops
     def _closed(self, name: str, gen: Workload) -> Gen:
-        while name not in self.lost:
+        while name not in self.lost and not self.draining:
             req = gen.next()
             if req is None:
                 yield self.env.timeout(IDLE_PS)
@@ -113,27 +122,33 @@ class Driver:
         mean_ps = 1e12 / rate
         while name not in self.lost:
             yield self.env.timeout(max(1, round(float(rng.exponential(mean_ps)))))
+            if self.draining:
+                return
             req = gen.next()
             if req is None:
                 self.dropped[name] = self.dropped.get(name, 0) + 1
                 continue
             self.env.process(self._one(name, gen, req))
 
-    def _one(self, name: str, gen: Workload, req: Request) -> Gen:
+    def _one(self, name: str, gen: Workload, asked: Request) -> Gen:
         ini = self.system.initiators[name]
         wl = self.system.expanded[name].spec.workload
+        req = kv_request(wl, asked)  # as issued (kvcache.load_with / store_with)
         posted = int(self.env.now)
         op = req.op.upper()
         nbytes = 0
         fallback = False
+        rts: int | None = None
         try:
-            res: OpResult = yield self._issue(ini, req, wl.direct_load_fallback, wl.record)
+            res: OpResult = yield self._issue(ini, req, wl.direct_load_fallback, wl.record,
+                                              wl.invalidate)
             status = res.status.name if isinstance(res.status, Status) else str(res.status)
             if req.op in ("load", "direct_load", "invalid_load") and res.completion is not None:
                 nbytes = res.completion.data_length
             elif req.op in ("store", "alloc_store", "direct_alloc"):
                 nbytes = req.length
             fallback = req.op == "direct_load" and not res.direct
+            rts = round_trips(req, res) if status == "OK" else None
         except RdmaError as exc:
             status = f"RDMA_{exc.status.name}"
         except ConnectionLost:
@@ -144,21 +159,23 @@ class Driver:
             self.lost.setdefault(name, str(exc))
         if ini.broken is not None:
             self.lost.setdefault(name, ini.broken)
-        gen.done(req, status == "OK")
-        self.recorder.record(name, op, status, posted, nbytes, fallback)
+        gen.done(asked, status == "OK")
+        if self.memory is not None:
+            self.memory.update(self.system.expanded[name].target, req, status == "OK")
+        self.recorder.record(name, op, status, posted, nbytes, fallback, rts)
 
     def _issue(self, ini: Initiator, req: Request, fallback: bool,
-               record: bool) -> simpy.Process:
+               record: bool, invalidate: bool = True) -> simpy.Process:
         h = req.handle
         op = req.op
         if op == "load":
-            return ini.load(h, allow_unsealed=True, record=record)
+            return ini.load(h, allow_unsealed=True, record=record, invalidate=invalidate)
         if op == "store":
             return ini.store(h, payload(req.length, req.seq), inline=req.inline, seal=req.seal,
-                             record=record)
+                             record=record, invalidate=invalidate)
         if op == "alloc_store":
             return ini.alloc_store(h, payload(req.length, req.seq), inline=req.inline,
-                                   seal=req.seal, record=record)
+                                   seal=req.seal, record=record, invalidate=invalidate)
         if op == "free":
             return ini.free(h, record=record)
         if op == "direct_load":

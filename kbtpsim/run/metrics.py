@@ -57,9 +57,11 @@ class Recorder:
     measured: int = 0
     total: int = 0
     direct_fallbacks: dict[str, int] = field(default_factory=dict)  #: by initiator
+    #: op -> (sum of round trips, operations counted): measured OK operations
+    round_trips: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def record(self, initiator: str, op: str, status: str, posted: int, nbytes: int,
-               fallback: bool = False) -> None:
+               fallback: bool = False, round_trips: int | None = None) -> None:
         now = int(self.env.now)
         self.total += 1
         if posted < self.start_ps or self.stop.triggered:
@@ -72,6 +74,9 @@ class Recorder:
         mine[status] = mine.get(status, 0) + 1
         if fallback:
             self.direct_fallbacks[initiator] = self.direct_fallbacks.get(initiator, 0) + 1
+        if round_trips is not None:
+            s, n = self.round_trips.get(op, (0, 0))
+            self.round_trips[op] = (s + round_trips, n + 1)
         if self.on_progress is not None:
             self.on_progress(self.measured)
         if self.target_ops is not None and self.measured >= self.target_ops:

@@ -1,8 +1,13 @@
 """``--oracle``: check every completion and the final state against a reference target.
 
 For each target server, :func:`kbtpsim.system.replay` feeds its log of target calls (in
-the server's processing order, with the same ``now``) into a fresh dict-backed
-:class:`kbtpsim.target.Target`. Every message an initiator received must equal the
+time order, with the same ``now``) into a fresh dict-backed :class:`kbtpsim.target.Target`.
+An offloaded target logs a request its NIC served with the time its chain ran it (the
+FetchAdd that took an ALLOC_STORE's Ticket, else the chain's last completion); such a
+store's data is what the initiator exposed for that request (``Initiator.sources``);
+shared-ring Tickets order the allocations (``replay(tickets=)``). The run is first
+drained (``runner.quiesce``): no new requests, those in flight complete, the targets'
+CPUs notice what their NICs served. Every message an initiator received must equal the
 reference's message to that connection, in order (messages the reference sent that had
 not arrived when the run stopped are in flight, not divergences); HELLO_ACKs of
 direct-mode sessions are compared without their STags (the NIC assigns those). The final
@@ -17,7 +22,8 @@ from typing import Any
 
 from kbtpsim.run.build import System
 from kbtpsim.system import replay
-from kbtpsim.target import SendMessage
+from kbtpsim.system.server import ReadSource
+from kbtpsim.target import ReadInitiator, SendMessage
 from kbtpsim.wire import Feature, decode
 
 
@@ -54,11 +60,34 @@ def _fields(msg: Any, strip: set[str]) -> dict[str, Any]:
     return out
 
 
+def _read_source(system: System, target: str) -> ReadSource:
+    """What an RDMA Read of a NIC-served store fetched: the source the initiator exposed
+    for that request (``Initiator.sources``), at the Read's offset."""
+    by_conn = {ini.conn.conn_id: ini for name, ini in system.initiators.items()
+               if system.expanded[name].target == target and ini.conn is not None}
+
+    def read(conn_id: int, request: bytes, e: ReadInitiator) -> bytes:
+        rid = int.from_bytes(request[4:12], "big")  # Request ID, header octets 4..11
+        ini = by_conn.get(conn_id)
+        if ini is None or rid not in ini.sources:
+            return b""  # no such exposure: the reference completes it as a bad read
+        base, data = ini.sources[rid]
+        start = e.tagged_offset - base
+        return data[start:start + e.length] if start >= 0 else b""
+
+    return read
+
+
 def check_oracle(system: System) -> list[Divergence]:
     out: list[Divergence] = []
     for tname, server in system.servers.items():
-        cfg = system.configs[tname]
-        ref, effects = replay(cfg, server.log)
+        cfg = server.config  # the offloaded target may widen the table (table_range)
+        try:
+            ref, effects = replay(cfg, server.log, _read_source(system, tname),
+                                  getattr(server, "log_tickets", None))
+        except ValueError as exc:  # e.g. a NIC-served store read a wrong length
+            out.append(Divergence(tname, "replay", -1, str(exc)))
+            continue
         one_sided_writes = False
         for name, ini in system.initiators.items():
             if system.expanded[name].target != tname:

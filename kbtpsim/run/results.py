@@ -79,10 +79,26 @@ def summary_table(results: dict[str, Any]) -> str:
                           for r in t["rings"])
         lines.append(f"target {name}: CPU {cpu['utilisation'] * 100:.0f}% of "
                      f"{cpu['cores']} core(s) ({per}); rings: {rings}")
+        mem = t.get("memory")
+        if mem:
+            util = mem.get("utilisation")
+            lines.append(f"target {name}: KV data held {mem['held_bytes_end'] / 2**20:.1f} MiB"
+                         f" / reserved {mem['reserved_bytes_end'] / 2**20:.1f} MiB at the end; "
+                         "utilisation " + ("n/a (no FREE)" if util is None
+                                           else f"{util * 100:.1f}% (steady state)"))
         nic = t["nic"]
         ports = ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(t["ports"].items()))
         lines.append(f"target {name}: PCIe host->NIC {nic.get('pcie.rd', 0) * 100:.0f}%, "
                      f"NIC->host {nic.get('pcie.wr', 0) * 100:.0f}%; port {ports}")
+        served = (t.get("fallbacks") or {}).get("served")
+        if served is not None:  # offload mode: who served what (whole run)
+            by_op = ", ".join(f"{op} {c['nic']}/{c['nic'] + c['cpu']}"
+                              for op, c in served.items()
+                              if op in ("LOAD", "STORE", "ALLOC_STORE"))
+            refill = cpu["per_op"].get("REFILL", {})
+            lines.append(f"target {name}: NIC served {by_op or 'nothing'}; CPU re-posting "
+                         f"{refill.get('per_op_ns', 0) / 1000:.2f}us per chain "
+                         f"({refill.get('ops', 0):.0f} chains)")
     bad = {st: n for v in results["statuses"].values() for st, n in
            ((s, d["count"]) for s, d in v.items()) if st != "OK"}
     if bad:

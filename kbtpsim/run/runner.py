@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbtpsim import __version__
+from kbtpsim.baselines.measure import MemoryProbe, add_comparison, cpu_snapshot
 from kbtpsim.run.build import System, build, connect_all
 from kbtpsim.run.driver import Driver
 from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
 from kbtpsim.run.oracle import Divergence, check_oracle
-from kbtpsim.scenario.schema import Scenario
+from kbtpsim.scenario.schema import BASELINE_MODES, Scenario, SchemaRuleError
+from kbtpsim.units import PS_PER_US
 
 ProgressFn = Callable[[float], None]
 
@@ -32,6 +34,11 @@ class RunOutcome:
 def run_scenario(sc: Scenario, *, oracle: bool = False,
                  progress: ProgressFn | None = None) -> RunOutcome:
     """Simulate ``sc``; the results dictionary is deterministic (no wall time)."""
+    for i, tgt in enumerate(sc.targets if oracle else []):
+        if tgt.mode in BASELINE_MODES:
+            path = "target" if i == 0 else f"additional_targets[{i - 1}]"
+            raise SchemaRuleError(f"{path}.mode", f"--oracle checks KBTP targets; mode "
+                                  f"{tgt.mode} is a baseline (not KBTP)")
     system = build(sc, oracle=oracle)
     env = system.env
     env.run(until=connect_all(system))
@@ -55,14 +62,19 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     busy.add_ports()
     sampler = Sampler(system, busy, sc.metrics.sample_interval, report_time)
     driver = Driver(system, recorder)
+    memory = MemoryProbe(system, warm)
+    driver.memory = memory
     driver.start()
     env.process(sampler.process(t0))
+    env.process(memory.process(t0, sc.metrics.sample_interval, sampler.rows))
     marks: dict[str, dict[str, int]] = {}
+    cpu_at_warm: dict[str, dict[str, float]] = {}
 
     def at_warm() -> Any:
         if warm > env.now:
             yield env.timeout(warm - env.now)
         marks["warm"] = busy.snapshot()
+        cpu_at_warm.update(cpu_snapshot(system))
 
     env.process(at_warm())
     if time_goal is not None:
@@ -90,14 +102,36 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     util = busy.utilisation(marks["warm"], busy.snapshot(), end - warm)
     results = collect(sc, system, recorder, driver, sampler, util, t0, warm, end,
                       str(stop.value))
+    add_comparison(results, sc, system, recorder, memory, cpu_at_warm)
     divergences: list[Divergence] = []
     if oracle:
+        quiesce(system, driver, sc.stop.stall)
         divergences = check_oracle(system)
         results["oracle"] = {"checked": True, "divergences": len(divergences),
                              "first": [d.as_dict() for d in divergences[:20]]}
     if progress is not None:
         progress(1.0)
     return RunOutcome(results, sampler.rows, divergences, system)
+
+
+#: after the last request of a drained run completes, how long the targets get to notice
+#: what their NICs served (CQ polls) before the oracle compares states
+SETTLE_PS = 200 * PS_PER_US
+
+
+def quiesce(system: System, driver: Driver, limit: int) -> None:
+    """After the results are taken: stop issuing, let the requests in flight complete
+    and the targets' CPUs catch up with their NICs, so the oracle compares a quiescent
+    state (at most ``limit`` ps of simulated time: a hoarding initiator's tickets may
+    never come back)."""
+    env = system.env
+    driver.drain()
+    deadline = int(env.now) + limit
+    step = 10 * PS_PER_US
+    while int(env.now) < deadline and any(ini.outstanding for ini in
+                                          system.initiators.values()):
+        env.run(until=int(env.now) + step)
+    env.run(until=int(env.now) + SETTLE_PS)
 
 
 def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler: Sampler,
@@ -143,8 +177,10 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
                           "head_ticket": r.head_ticket, "tail_ticket": r.tail_ticket,
                           "deferred_frees": r.deferred_frees})
         cpu = server.cpu
+        served = getattr(server, "served", None)  # OffloadedTargetServer: NIC vs CPU
+        spec = next(t for t in sc.targets if t.name == name)
         targets[name] = {
-            "mode": "software",
+            "mode": spec.mode,
             "cpu": {"cores": cpu.cores, "utilisation": util.get(f"cpu.{name}", 0.0),
                     "per_op": {k: {kk: round(vv, 3) for kk, vv in v.items()}
                                for k, v in cpu.report().items()}},
@@ -152,7 +188,11 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
                     if k.startswith(f"nic.{name}.")},
             "ports": {k[len("port."):]: v for k, v in util.items()
                       if k.startswith("port.") and k[len("port."):].startswith(f"{name}<->")},
-            "fallbacks": {"offload_to_software": None,
+            "fallbacks": {"offload_to_software": None if served is None else sum(
+                              c["cpu"] for op, c in served.items()
+                              if op in ("LOAD", "STORE", "ALLOC_STORE")),
+                          "served": None if served is None else {
+                              op: dict(c) for op, c in sorted(served.items())},
                           "direct_load_to_load": sum(
                               n for ini, n in rec.direct_fallbacks.items()
                               if system.expanded[ini].target == name)},

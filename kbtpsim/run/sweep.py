@@ -9,6 +9,18 @@ A sweep file::
       initiators[0].count: [1, 2, 4]
     seeds: [0]                   # optional: each point once per seed (a parameter `seed`)
 
+``cases`` (optional) zips keys that must change together: a list of named override sets,
+each crossed with the parameters (which are then optional)::
+
+    cases:
+      - name: two-sided
+        set: {target.mode: two_sided}
+      - name: kbtp+direct_load
+        set: {target.features.direct_load: true,
+              initiators[1].workload.kvcache.load_with: direct_load}
+
+A point's values then start with ``case`` (its name), in sweep.csv too.
+
 Every point is validated before any runs. Points run in parallel processes
 (``ProcessPoolExecutor``); each one's directory is ``OUT/points/<key>/`` where ``key`` is
 a hash of the point's resolved scenario, so a rerun skips finished points (resumable).
@@ -50,13 +62,13 @@ def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> 
     """The points of a sweep file, each validated (errors name the point)."""
     p = Path(path)
     spec = read_yaml(p)
-    unknown = set(spec) - {"base", "set", "parameters", "seeds"}
+    top = ["base", "set", "parameters", "seeds", "cases"]
+    unknown = set(spec) - set(top)
     if unknown:
         from kbtpsim.scenario.schema import did_you_mean
 
         key = sorted(unknown)[0]
-        raise ScenarioError(key, "unknown key in the sweep file"
-                            f"{did_you_mean(key, ['base', 'set', 'parameters', 'seeds'])}")
+        raise ScenarioError(key, f"unknown key in the sweep file{did_you_mean(key, top)}")
     base = spec.get("base")
     if isinstance(base, str):
         base_data = read_yaml(p.parent / base)
@@ -64,10 +76,12 @@ def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> 
         base_data = base
     else:
         raise ScenarioError("base", "give a scenario file name or a mapping")
-    common = list((spec.get("set") or {}).items()) + list(extra or [])
+    common = list((spec.get("set") or {}).items())
+    cases = _cases(spec.get("cases"))
     params = spec.get("parameters") or {}
-    if not isinstance(params, dict) or not params:
-        raise ScenarioError("parameters", "give at least one key path with a list of values")
+    if not isinstance(params, dict) or not (params or cases):
+        raise ScenarioError("parameters", "give at least one key path with a list of values"
+                            " (or cases)")
     for key, values in params.items():
         if not isinstance(values, list) or not values:
             raise ScenarioError(f"parameters.{key}", "must be a non-empty list of values")
@@ -78,15 +92,48 @@ def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> 
         params = {**params, "seed": seeds}
     names = list(params)
     points = []
-    for combo in itertools.product(*(params[n] for n in names)):
-        values = dict(zip(names, combo, strict=True))
-        try:
-            sc = scenario_from_dict(base_data, [*common, *values.items()])
-        except ScenarioError as exc:
-            where = ", ".join(f"{k}={v}" for k, v in values.items())
-            raise ScenarioError(exc.path, f"{exc.message} (sweep point {where})") from None
-        points.append(Point(values, sc, scenario_key(sc)))
+    for case_name, case_set in cases or [(None, [])]:
+        for combo in itertools.product(*(params[n] for n in names)):
+            values = dict(zip(names, combo, strict=True))
+            if case_name is not None:
+                values = {"case": case_name, **values}
+            pairs = [(k, v) for k, v in values.items() if k != "case"]
+            try:
+                # --set (``extra``) last: it overrides the cases too
+                sc = scenario_from_dict(base_data, [*common, *case_set, *pairs,
+                                                    *(extra or [])])
+            except ScenarioError as exc:
+                where = ", ".join(f"{k}={v}" for k, v in values.items())
+                raise ScenarioError(exc.path, f"{exc.message} (sweep point {where})") \
+                    from None
+            points.append(Point(values, sc, scenario_key(sc)))
     return points
+
+
+def _cases(raw: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
+    """The ``cases`` of a sweep file: (name, overrides) in order."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError("cases", "must be a non-empty list of {name, set} mappings")
+    out: list[tuple[str, list[tuple[str, Any]]]] = []
+    for i, case in enumerate(raw):
+        if not isinstance(case, dict):
+            raise ScenarioError(f"cases[{i}]", "must be a mapping with name and set")
+        extra = set(case) - {"name", "set"}
+        if extra:
+            raise ScenarioError(f"cases[{i}].{sorted(extra)[0]}", "unknown key (give name "
+                                "and set)")
+        name = case.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"cases[{i}].name", "required: a non-empty string")
+        if name in {n for n, _ in out}:
+            raise ScenarioError(f"cases[{i}].name", f"duplicate case name {name!r}")
+        overrides = case.get("set") or {}
+        if not isinstance(overrides, dict):
+            raise ScenarioError(f"cases[{i}].set", "must be a mapping of key path to value")
+        out.append((name, list(overrides.items())))
+    return out
 
 
 def _run_point(scenario_json: dict[str, Any], out_dir: str) -> dict[str, Any]:

@@ -51,9 +51,29 @@ Operations posted before `stop.warmup` are not counted. The run ends at
 `stop.operations` measured completions or at `stop.time`, whichever comes first.
 
 **Modes.** `target.mode: software` runs the reference target on `target.cpu.cores` cores
-(kbtpsim.system). `offload` (NIC chains with software fallback, kbtpsim.chains) is
-accepted by the schema but `kbtpsim run` exits 2 saying the offloaded chain target is not
-available yet; it never runs the software target instead.
+(kbtpsim.system). `target.mode: offload` runs the offloaded target (kbtpsim.chains): each
+connection pre-posts one chain per request credit, the NIC serves the variants of LOAD,
+STORE and ALLOC_STORE whose chains verify on the target's NIC profile (docs/chains.md has
+the table per profile), and the target CPU serves the rest (FREE, BIND, HELLO, GOODBYE,
+invalid requests, timeouts) and refills chains. `target.operations` keeps an operation on
+the CPU (`{load: software}`); FREE, BIND, HELLO and GOODBYE have no chain. `features.addr_le`
+left null follows the target NIC's WQE byte order in offload mode (off in software mode).
+Per-operation counts of requests the NIC and the CPU served are in `fallbacks`.
+ALLOC_STOREs of initiators offered DIRECT_ALLOC (and all of them with `rings:
+per_initiator`) run on the CPU: their chains would take tickets from the shared ring.
+
+**Baselines** (not KBTP; docs/baselines.md). `target.mode: one_sided_static`,
+`one_sided_dynamic` and `two_sided` run the current practices the draft compares KBTP with,
+on the same NIC, CPU and link models: per-initiator regions registered up front (RDMA
+Write and Read, no target CPU per operation), an allocation RPC then RDMA Write, or data
+in Sends that the target CPU allocates and copies. Workloads issue the same operations
+(ALLOC_STORE, STORE, LOAD, FREE); `target.features`, `rings: per_initiator`, `--oracle`
+and malformed requests are KBTP-only and rejected. `target.baseline` sets their copy rate,
+allocation granularity, registration cost and static layout. For every mode, results.json
+also has round trips per operation, target CPU per measured operation, memory held and
+reserved, and a `comparison` block (below); `python -m kbtpsim.baselines.table DIR -o
+FILE.md` tabulates them. KV-cache initiators use DIRECT_LOAD / DIRECT_ALLOC with
+`kvcache.load_with` / `store_with`.
 
 **Per-initiator rings.** `target.rings: per_initiator` gives each initiator a ring over a
 partition of `quota` blocks (the DIRECT_ALLOC layout, offered to every initiator), so
@@ -88,9 +108,15 @@ See "results.json" below.
       target.block_size: [4KiB, 64KiB]
       initiators[0].count: [1, 2, 4]
     seeds: [0, 1]                    # optional
+    cases:                           # optional: named override sets, crossed with the
+      - name: two-sided              # parameters (then optional); zips keys that
+        set: {target.mode: two_sided}  # must change together
+      - name: kbtp+direct_load
+        set: {target.features.direct_load: true}
 
 writes `DIR/points/<hash>/` per point (a hash of the resolved scenario: finished points
-are not rerun), `DIR/sweep.csv` and `DIR/sweep.json`.
+are not rerun), `DIR/sweep.csv` and `DIR/sweep.json` (with `cases`, a point's first value
+is `case`, its name). `--set` overrides every point, cases and parameters included.
 `kbtpsim plot DIR... -o FIG.png` draws latency CDFs and ring occupancy of run
 directories and throughput against the first swept parameter of sweep directories.
 
@@ -117,8 +143,9 @@ RESULTS_KEYS: list[tuple[str, str]] = [
      "NIC to host)"),
     ("`targets.<name>.ports`", "utilisation of the target's access link (`egress`, "
      "`ingress`)"),
-    ("`targets.<name>.fallbacks`", "`offload_to_software` (null in software mode), "
-     "`direct_load_to_load`"),
+    ("`targets.<name>.fallbacks`", "`offload_to_software` (null in software mode; "
+     "offload: requests the CPU served), `served` (offload: per operation, `nic` and "
+     "`cpu` counts), `direct_load_to_load`"),
     ("`targets.<name>.rings[]`", "`name`, `slots` (N), `blocks` (F), `in_use_end`, "
      "`in_use_mean`, `in_use_peak`, tickets, deferred frees"),
     ("`targets.<name>.quotas[]`", "`initiator`, `quota`, `usage_end`, `usage_peak` "
@@ -127,6 +154,17 @@ RESULTS_KEYS: list[tuple[str, str]] = [
      "`<OP>/<STATUS>` (whole run)"),
     ("`initiators.<name>`", "`target`, `path`, `ops`, `statuses`, `dropped` (open loop), "
      "`substituted`, `connection`, `max_outstanding`, `nic` utilisation"),
+    ("`operations.<OP>.round_trips`", "mean network round trips on the critical path of "
+     "the measured OK operations (docs/baselines.md)"),
+    ("`targets.<name>.cpu.per_measured_op`", "target CPU ns per measured operation: `all` "
+     "(session set-up excluded), `store`, `load`, `free` (null: none measured)"),
+    ("`targets.<name>.memory`", "`pool_bytes`, `buffer_bytes`, `held_bytes_*` (KV data "
+     "stored), `reserved_bytes_*`, `allocated_bytes_*` (`_end`, `_mean`, `_peak`), "
+     "`utilisation` (held / reserved over the steady state, from `steady_from_ps`; null "
+     "if no FREE completed), `samples`"),
+    ("`comparison`", "the main target's figures by kind (`store`, `load`, `free`: "
+     "`operations`, `count`, `ops_per_s`, `latency_p50_ns`, `latency_p99_ns`, "
+     "`round_trips`), `approach`, `memory_utilisation`, `cpu_ns_per_op`"),
     ("`kvcache`", "per target: `sequences_published`, `sequences_live`"),
     ("`oracle`", "with `--oracle`: `divergences` and the first ones"),
 ]
@@ -138,14 +176,16 @@ SHIPPED: list[tuple[str, str]] = [
     ("`eval-initiators.yaml`, `sweep-initiators.yaml`", "1 to 16 initiators"),
     ("`eval-rings.yaml`, `sweep-rings.yaml`", "shared ring versus per-initiator rings "
      "under ALLOC_STORE load"),
-    ("`eval-ablation.yaml`, `sweep-ablation.yaml`", "NIC capabilities off one at a time; "
-     "needs `mode: offload` (the chain target, not available yet)"),
+    ("`eval-ablation.yaml`, `sweep-ablation.yaml`", "NIC capabilities off one at a time "
+     "(offloaded target)"),
     ("`eval-open-loop.yaml`, `sweep-open-loop.yaml`", "Poisson arrivals at rising rates "
      "(latency against load)"),
     ("`eval-misbehaving.yaml`", "ticket hoarding, invalid and malformed requests next to "
      "good initiators"),
     ("`kvcache-llama3-8b.yaml`", "prefill stores Llama-3-8B KV blocks (16 tokens, 2MiB), "
      "two decoders load them"),
+    ("`kvcache-compare.yaml`, `compare-approaches.yaml`", "the draft's comparison of "
+     "approaches: baselines and KBTP on one KV-cache workload (docs/results-comparison.md)"),
 ]
 RESULTS_DOC = "\n".join([
     "## results.json", "", "| key | content |", "|---|---|",

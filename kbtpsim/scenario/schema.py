@@ -62,6 +62,8 @@ WorkloadOp = Literal["load", "store", "alloc_store", "free", "direct_load", "dir
 DEFAULT_MIX: dict[WorkloadOp, float] = {"alloc_store": 1.0, "load": 4.0, "free": 1.0}
 #: Target-side operations whose placement ``target.operations`` chooses (offload mode).
 TargetOp = Literal["load", "store", "alloc_store", "free", "bind", "hello", "goodbye"]
+#: Target operations the chain compiler can offload (the others always run on the CPU).
+CHAIN_OPS: tuple[str, ...] = ("load", "store", "alloc_store")
 
 #: KV-cache presets: bytes of K and V per token at fp16 (layers x KV heads x head dim x
 #: 2 (K and V) x 2 octets).
@@ -122,6 +124,13 @@ class CpuSpec(Strict):
         default_factory=dict, description="Processing cost per KBTP opcode, overriding "
         "kbtpsim.system.cpu.DEFAULT_OP_NS (keys: HELLO, LOAD, STORE, ALLOC_STORE, FREE, "
         "BIND, READ_DONE, TIMER, DIRECT, ...).")
+    refill_batch: int = Field(
+        1, ge=1, le=65535, description="Offload mode: re-post finished chains once at least "
+        "this many have finished (one doorbell per batch; clamped to the credits).")
+    repost_wqe: Time | None = Field(
+        None, description="Offload mode: CPU time to re-post one WQE of a consumed chain "
+        "(default: the NIC profile's `cpu_post_ns`, building a WQE through the verbs API; "
+        "copying a pre-built 64-octet WQE is one cache-line write, about 10ns).")
 
     @field_validator("op_costs")
     @classmethod
@@ -137,7 +146,10 @@ class CpuSpec(Strict):
 class TargetFeatures(Strict):
     """Features the target offers to every initiator (draft, "HELLO_ACK Body")."""
 
-    addr_le: bool = Field(False, description="ADDR_LE: address fields little-endian.")
+    addr_le: bool | None = Field(
+        None, description="ADDR_LE: address fields little-endian (null: off in software "
+        "mode; in offload mode, on when the target NIC's WQE fields are little-endian, the "
+        "byte order its chains need).")
     direct_load: bool = Field(False, description="DIRECT_LOAD: one-sided loads through the "
                               "exposed table and pool.")
     direct_alloc: bool = Field(False, description="DIRECT_ALLOC: one-sided allocation from "
@@ -146,13 +158,38 @@ class TargetFeatures(Strict):
                                     "`binding: infiniband`).")
 
 
+#: Target modes that are not KBTP (kbtpsim.baselines).
+BASELINE_MODES = ("one_sided_static", "one_sided_dynamic", "two_sided")
+
+
+class BaselineSpec(Strict):
+    """Baseline modes only (docs/baselines.md): the target CPU's copy rate and allocator."""
+
+    copy_rate: Rate = Field(80e9, description="`two_sided`: rate of the target CPU's copy "
+                            "of received data into the pool (80Gbps = 10 GB/s, one core).")
+    granularity: Size = Field(64, description="`one_sided_dynamic`, `two_sided`: the "
+                              "allocator rounds each region up to a multiple of this.")
+    register_cost: Time = Field(0, description="`one_sided_dynamic`: extra target CPU "
+                                "time per allocation for registering the region (0: the "
+                                "pool is registered once and its STag returned).")
+    static_layout: Literal["sequence_slots", "blocks"] = Field(
+        "sequence_slots", description="`one_sided_static`: a KV-cache prefill initiator "
+        "carves its region into slots for the longest sequence (`sequence_slots`) or "
+        "places blocks anywhere in it (`blocks`, its own block allocator).")
+
+
 class TargetSpec(Strict):
     """A KBTP target: its mode, NIC, CPU and pool (draft, "Target State")."""
 
     name: str = Field("target", min_length=1, description="Name of the target host.")
-    mode: Literal["software", "offload"] = Field(
+    mode: Literal["software", "offload", "one_sided_static", "one_sided_dynamic",
+                  "two_sided"] = Field(
         "software", description="`software`: the target runs on CPU cores; `offload`: "
-        "NIC chains with software fallback (needs kbtpsim.chains; not available yet).")
+        "NIC chains with software fallback (kbtpsim.chains, docs/chains.md). "
+        "Baselines, not KBTP (docs/baselines.md): `one_sided_static` (per-initiator "
+        "regions registered up front, RDMA Write/Read), `one_sided_dynamic` (an RPC "
+        "allocates each region, then RDMA Write/Read), `two_sided` (data in Sends, the "
+        "target CPU allocates and copies).")
     operations: dict[TargetOp, Literal["software", "offload"]] = Field(
         default_factory=dict, description="Offload mode: where each operation runs "
         "(default: offload where the NIC profile allows it).")
@@ -181,6 +218,8 @@ class TargetSpec(Strict):
                                      description="Features offered.")
     staging: Size = Field(256 << 20, description="Registered staging memory for data in "
                           "flight (LOAD data and bounce buffers).")
+    baseline: BaselineSpec = Field(default_factory=lambda: BaselineSpec(),
+                                   description="Parameters of the baseline modes.")
 
 
 class InitiatorFeatures(Strict):
@@ -239,6 +278,12 @@ class KvCacheSpec(Strict):
                                   "(16 to 512).")
     sequence_tokens_min: int = Field(256, ge=1, description="Shortest sequence (tokens).")
     sequence_tokens_max: int = Field(2048, ge=1, description="Longest sequence (tokens).")
+    load_with: Literal["load", "direct_load"] = Field(
+        "load", description="Decode: the operation that loads a block (`direct_load` "
+        "needs target.features.direct_load).")
+    store_with: Literal["alloc_store", "direct_alloc"] = Field(
+        "alloc_store", description="Prefill: the operation that stores a block "
+        "(`direct_alloc` needs target.features.direct_alloc; the block is not sealed).")
 
     @property
     def token_bytes(self) -> int:
@@ -272,6 +317,10 @@ class WorkloadSpec(Strict):
                                           "octets are sent inline (default: the target's "
                                           "max_inline; 0: never).")
     seal: bool = Field(True, description="Stores seal the block.")
+    invalidate: bool = Field(True, description="Non-inline LOAD, STORE and ALLOC_STORE ask "
+                             "for INVALIDATE: the completion revokes the request's buffer "
+                             "window (Send with Invalidate); false: the initiator revokes "
+                             "it itself after the completion.")
     direct_load_fallback: bool = Field(True, description="DIRECT_LOAD falls back to LOAD "
                                        "after failed attempts.")
     record: bool = Field(False, description="Ask for completion records (RECORD flag: the "
@@ -503,6 +552,7 @@ def check(sc: Scenario) -> None:
                 {e.spec.trust_domain for e in inis if e.target == tgt.name}) > 1:
             raise SchemaRuleError(f"{path}.features.direct_load", "DIRECT_LOAD needs all "
                                   "initiators of the target in one trust domain")
+    _check_static_slots(sc, inis)
     _check_network(sc, names)
 
 
@@ -529,6 +579,46 @@ def _check_target(tgt: TargetSpec, path: str) -> None:
                               f"({2 * tgt.block_size} octets)")
     if tgt.operations and tgt.mode != "offload":
         raise SchemaRuleError(f"{path}.operations", "only meaningful with mode: offload")
+    for op, where in tgt.operations.items():
+        if where == "offload" and op not in CHAIN_OPS:
+            raise SchemaRuleError(f"{path}.operations.{op}", f"{op.upper()} has no chain: it "
+                                  "always runs on the target CPU (docs/chains.md)")
+    _check_baseline(tgt, path)
+
+
+def _check_baseline(tgt: TargetSpec, path: str) -> None:
+    """Baseline modes (kbtpsim.baselines) speak no KBTP: no KBTP features or rings."""
+    if tgt.mode not in BASELINE_MODES:
+        if "baseline" in tgt.model_fields_set:
+            raise SchemaRuleError(f"{path}.baseline", "only meaningful with mode: "
+                                  + ", ".join(BASELINE_MODES))
+        return
+    for key in ("direct_load", "direct_alloc", "record_completion"):
+        if getattr(tgt.features, key):
+            raise SchemaRuleError(f"{path}.features.{key}", f"a KBTP feature: not "
+                                  f"available with mode: {tgt.mode}")
+    if tgt.rings != "shared":
+        raise SchemaRuleError(f"{path}.rings", f"KBTP rings: not available with mode: "
+                              f"{tgt.mode}")
+    if tgt.baseline.granularity < 1:
+        raise SchemaRuleError(f"{path}.baseline.granularity", "must be at least 1 octet")
+    if tgt.baseline.copy_rate <= 0:
+        raise SchemaRuleError(f"{path}.baseline.copy_rate", "must be positive")
+
+
+def _check_static_slots(sc: Scenario, inis: list[ExpandedInitiator]) -> None:
+    """A one-sided static region in sequence slots must hold one longest sequence."""
+    for e in inis:
+        tgt = next(t for t in sc.targets if t.name == e.target)
+        kv = e.spec.workload.kvcache
+        if tgt.mode != "one_sided_static" or e.spec.workload.kind != "kvcache" or \
+                kv.role != "prefill" or tgt.baseline.static_layout != "sequence_slots":
+            continue
+        need = -(-kv.sequence_tokens_max // kv.tokens_per_block)
+        if e.quota < need:
+            raise SchemaRuleError(f"{e.path}.quota", f"{e.quota} blocks: a one-sided static "
+                                  f"region in sequence slots must hold one longest sequence "
+                                  f"({need} blocks)")
 
 
 def _check_workload(sc: Scenario, spec: InitiatorSpec, path: str) -> None:
@@ -578,6 +668,19 @@ def _check_workload(sc: Scenario, spec: InitiatorSpec, path: str) -> None:
                                   f"{kv.tokens_per_block} tokens x {kv.token_bytes} octets "
                                   f"= {kv.block_bytes} exceeds the Block Size "
                                   f"({tgt.block_size})")
+        for key, value, feature in (("load_with", kv.load_with, "direct_load"),
+                                    ("store_with", kv.store_with, "direct_alloc")):
+            if value != feature:
+                continue
+            if not getattr(offered, feature):
+                raise SchemaRuleError(f"{kp}.{key}", f"needs target.features.{feature}: true")
+            if getattr(spec.features, feature) is False:
+                raise SchemaRuleError(f"{kp}.{key}", f"the initiator does not request "
+                                      f"{feature}")
+    if tgt.mode in BASELINE_MODES and wl.misbehave.invalid_fraction and \
+            wl.misbehave.invalid_kind == "malformed":
+        raise SchemaRuleError(f"{path}.workload.misbehave.invalid_kind", "malformed KBTP "
+                              f"requests: not available with mode: {tgt.mode}")
 
 
 def _check_network(sc: Scenario, hosts: set[str]) -> None:

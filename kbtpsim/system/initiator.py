@@ -153,6 +153,10 @@ class Initiator(DirectModes):
         #: every message received (HELLO_ACK, COMPLETION), in arrival order; always
         #: empty with ``keep_received=False``
         self.received: list[bytes] = [] if keep_received else Discard()
+        #: Request ID -> (Tagged Offset, octets) of every non-inline store's exposed
+        #: source (what a target's RDMA Read may fetch); empty with keep_received=False
+        self.sources: dict[int, tuple[int, bytes]] = {}
+        self._keep_sources = keep_received
         self.env.process(self.cq.serve(self._dispatch))
 
     @staticmethod
@@ -366,6 +370,8 @@ class Initiator(DirectModes):
                 buf = self.buffers.alloc(length)
                 if source is not None:
                     self.nic.host.memory.write(buf, source)
+                    if self._keep_sources:
+                        self.sources[rid] = (buf, source)
                 assert self.qp is not None
                 window = self.nic.bind_mw(self.buffers.mr, self.qp, buf, length, access)
                 dd = DataDescriptor(window.stag, buf, length)

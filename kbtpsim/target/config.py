@@ -108,6 +108,10 @@ class TargetConfig:
     counter_mode: CounterMode = CounterMode.MASKED
     binding: Binding = Binding.RDMAP
     addr_le: bool = False
+    #: (first handle, count) of the block table when it must span more than the handles
+    #: of the initiators (None: from the lowest to the end of the highest range). NIC
+    #: chains want an aligned power-of-two block (kbtpsim.chains.server)
+    table_range: tuple[int, int] | None = None
     #: blocks of DIRECT_ALLOC partitions (computed; not a parameter)
     partition_blocks: int = field(init=False, default=0)
 
@@ -151,6 +155,14 @@ class TargetConfig:
             _require(
                 a.handle_base + a.handle_count <= b.handle_base, own, "initiators",
                 f"handle ranges of {a.name!r} and {b.name!r} overlap",
+            )
+        if self.table_range is not None:
+            lo, n = self.table_range
+            _require(
+                lo >= 0 and n > 0 and lo + n <= 1 << 64 and all(
+                    lo <= i.handle_base and i.handle_base + i.handle_count <= lo + n
+                    for i in self.initiators),
+                own, "table_range", "must hold every initiator's handle range",
             )
         total = sum(i.quota for i in self.initiators)
         _require(total <= self.blocks, own, "initiators", f"sum of quotas {total} > blocks")

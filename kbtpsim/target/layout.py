@@ -27,8 +27,10 @@ def _align_up(value: int, align: int) -> int:
 
 
 def table_span(config: TargetConfig) -> tuple[int, int]:
-    """(first handle, handle count) of the table: from the lowest initiator handle to the
-    end of the highest range (empty without initiators)."""
+    """(first handle, handle count) of the table: ``config.table_range``, else from the
+    lowest initiator handle to the end of the highest range (empty without initiators)."""
+    if config.table_range is not None:
+        return config.table_range
     inits = config.initiators
     if not inits:
         return 0, 0

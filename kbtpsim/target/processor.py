@@ -376,6 +376,14 @@ class Target(Validation, DirectAccess):
     # (kbtpsim.chains): the chain does the draft's steps in memory (FetchAdd on Head, slot
     # Read, consume, data, table entry); these keep the Python bookkeeping in step.
 
+    def note_chain_op(self, op: str) -> None:
+        """A NIC chain served a LOAD or STORE (fast paths complete with OK only): count
+        its completion, as handling it here would have. The chain read or wrote the
+        table and pool in memory; nothing else is kept for them."""
+        if op not in ("LOAD", "STORE"):
+            raise ValueError(f"note_chain_op: {op!r} (ALLOC_STORE: note_chain_alloc)")
+        self.counters.bump(op, Status.OK.name)
+
     def note_chain_alloc(self, connection_id: int, data: bytes, ticket: int,
                          now: int) -> list[Effect]:
         """A NIC chain served the ALLOC_STORE ``data`` of this connection with ``ticket``:

@@ -60,8 +60,14 @@ def test_quickstart_under_the_oracle(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert json.loads((tmp_path / "qs" / "run.json").read_text())["wall_s"] > 0
 
 
-def test_same_scenario_and_seed_give_identical_results(tmp_path: Path) -> None:
-    p = write(tmp_path, SMALL)
+@pytest.mark.parametrize("mode", ["software", "offload"])
+def test_same_scenario_and_seed_give_identical_results(tmp_path: Path, mode: str) -> None:
+    data = json.loads(json.dumps(SMALL))
+    if mode == "offload":
+        data["target"].update(mode="offload", nic={"profile": "ideal-be"}, max_inline="4KiB")
+        data["initiators"][0]["workload"]["length"] = {"value": "4KiB"}
+        data["stop"]["operations"] = 150
+    p = write(tmp_path, data)
     for d in ("a", "b"):
         assert main(["run", str(p), "-o", str(tmp_path / d), "-q"]) == 0
     a = (tmp_path / "a" / RESULTS).read_bytes()
@@ -88,8 +94,10 @@ def test_set_overrides_reach_the_run(tmp_path: Path) -> None:
     ({"initiators": [{"quota": 50}, {"quota": 50}]}, [],
      "initiators[1].quota: quotas sum to at least 100, above target.blocks (F = 64)"),
     ({}, ["target.blocks=lots"], "target.blocks: input should be a valid integer"),
-    ({"target": {"mode": "offload"}}, [],
-     "target.mode: offload: the offloaded chain target (kbtpsim.chains) is not available"),
+    ({"target": {"mode": "offload", "operations": {"free": "offload"}}}, [],
+     "target.operations.free: FREE has no chain: it always runs on the target CPU"),
+    ({"target": {"operations": {"load": "software"}}}, [],
+     "target.operations: only meaningful with mode: offload"),
 ])
 def test_bad_scenarios_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                             change: dict[str, Any], sets: list[str],
@@ -178,6 +186,53 @@ def test_scenario_features_pass_the_oracle(case: str) -> None:
         assert res["operations"]["LOAD"]["ops_per_s"] > 0
     if case != "misbehaving":
         assert statuses == {"OK"}
+
+
+OFFLOAD: dict[str, Any] = {
+    "seed": 3, "stop": {"operations": 300, "warmup": "5us"},
+    "target": {"mode": "offload", "nic": {"profile": "ideal-be"}, "blocks": 128,
+               "block_size": "4KiB", "request_credits": 8, "max_inline": "4KiB"},
+    "initiators": [
+        # sealed inline ALLOC_STOREs of full blocks and LOADs of them (INVALIDATE)
+        {"name": "r", "count": 2, "handles": 32, "workload": {
+            "window": 3, "length": {"value": "4KiB"},
+            "mix": {"alloc_store": 1, "load": 3, "free": 1}}},
+        # unsealed full blocks, RDMA Read source: ALLOC_STORE then STOREs
+        {"name": "w", "handles": 32, "workload": {
+            "window": 2, "seal": False, "inline_threshold": 0,
+            "length": {"value": "4KiB"}, "mix": {"alloc_store": 1, "store": 2, "free": 1}}}],
+}
+
+
+@pytest.mark.parametrize("case", ["ideal-be", "ideal", "keep_load", "cx5", "partial"])
+def test_offloaded_target_passes_the_oracle(case: str) -> None:
+    """mode: offload: the NIC serves the full-block fast paths its profile verifies
+    (docs/chains.md), the CPU the rest; every completion and the final state match the
+    reference target."""
+    data = json.loads(json.dumps(OFFLOAD))
+    tgt = data["target"]
+    if case == "ideal":  # ADDR_LE follows the little-endian WQEs: LOAD/STORE only
+        tgt["nic"]["profile"] = "ideal"
+    elif case == "keep_load":
+        tgt["operations"] = {"load": "software"}
+    elif case == "cx5":  # no chain verifies: all on the CPU
+        tgt["nic"]["profile"] = "cx5"
+    elif case == "partial":  # partial blocks: outside the fast paths
+        for ini in data["initiators"]:
+            ini["workload"]["length"] = {"value": 1000}
+    out = run_scenario(scenario_from_dict(data), oracle=True)
+    assert out.divergences == [], [str(d) for d in out.divergences]
+    t = out.results["targets"]["target"]
+    assert t["mode"] == "offload"
+    served = t["fallbacks"]["served"]
+    nic = {op: served.get(op, {}).get("nic", 0) for op in ("LOAD", "STORE", "ALLOC_STORE")}
+    expect = {"ideal-be": {"LOAD", "STORE", "ALLOC_STORE"}, "ideal": {"LOAD", "STORE"},
+              "keep_load": {"STORE", "ALLOC_STORE"}, "cx5": set(), "partial": set()}[case]
+    assert {op for op, n in nic.items() if n} == expect, served
+    assert served["FREE"]["nic"] == 0 and served["FREE"]["cpu"] > 0
+    assert t["fallbacks"]["offload_to_software"] == sum(
+        served.get(op, {}).get("cpu", 0) for op in ("LOAD", "STORE", "ALLOC_STORE"))
+    assert out.results["run"]["operations_measured"] > 0
 
 
 def test_a_stalled_run_stops_and_says_so(tmp_path: Path,
