@@ -259,7 +259,7 @@ def test_compare_sweep_runs_end_to_end_and_tabulates(tmp_path: Path) -> None:
                                   ("initiators[0].workload.kvcache.sequence_tokens_max",
                                    256)])
     names = [p.values["case"] for p in points]
-    assert len(names) == 18 and {n.split(" / ")[1] for n in names} == {"light", "heavy"}
+    assert len(names) == 20 and {n.split(" / ")[1] for n in names} == {"light", "heavy"}
     light = [p for p in points if p.values["case"].endswith("/ light")]
     rows = run_sweep(light, tmp_path / "sw", jobs=1)
     assert not [r for r in rows if "error" in r], rows
@@ -268,7 +268,7 @@ def test_compare_sweep_runs_end_to_end_and_tabulates(tmp_path: Path) -> None:
     text = out.read_text()
     for name in ("one-sided static", "one-sided dynamic", "two-sided", "KBTP software",
                  "KBTP software (inline stores)", "KBTP offloaded",
-                 "KBTP offloaded (inline stores)",
+                 "KBTP offloaded (inline stores)", "KBTP offloaded (pre-built WQEs)",
                  "KBTP + DIRECT_LOAD", "KBTP + DIRECT_ALLOC"):
         assert f"| {name} |" in text
     assert "kbtpsim sweep scenarios/compare-approaches.yaml" in text
