@@ -50,15 +50,7 @@ class SlottedPrefill(PrefillWorkload):
 
     def _plan(self) -> bool:
         if not self.free_slots:
-            if not self.mine:
-                return False  # wait for outstanding frees
-            old = self.mine.popleft()
-            if old in self.registry.sequences:
-                self.registry.withdraw(old)
-            for h in old.handles:
-                self.seq += 1
-                self.queue.append(Request("free", h, seq=self.seq))
-            return True
+            return self._evict_oldest()
         before = self.seq_ids
         planned = super()._plan()
         if self.seq_ids != before and self.current is not None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from kbtpsim.chains.ir import Chain, EdgeKind, Placed, Role, WrTemplate
+from kbtpsim.chains.ir import Chain, CondSpec, EdgeKind, Placed, Role, WrTemplate
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode, _segments
 
@@ -248,13 +248,21 @@ def _check_cas(chain: Chain, wr: WrTemplate, profile: NicProfile,
                 f"{ao}-endian word with the control word: octets would not line up"))
     cond = wr.cas_cond
     if cond is not None and cond.compare_source is not None:
-        cs = cond.compare_source
-        if "octets" not in (cs.order, cond.word_order) and cs.order != cond.word_order:
-            out.append(Violation(
-                wr.name, "compare", "byte-order",
-                f"{cs.what} is {cs.order}-endian but is compared with "
-                f"{cond.word.about or cond.word.loc}, which is {cond.word_order}-endian "
-                "(a CAS compares octets, it cannot swap them)"))
+        _check_compare_order(wr, "compare", cond, "a CAS compares octets", out)
+
+
+def _check_compare_order(wr: WrTemplate, field: str, cond: CondSpec, who: str,
+                         out: list[Violation]) -> None:
+    """A run-time compare value must be in the byte order of the word it is compared
+    with: a compare is of octets, nothing swaps them."""
+    cs = cond.compare_source
+    assert cs is not None
+    if "octets" not in (cs.order, cond.word_order) and cs.order != cond.word_order:
+        out.append(Violation(
+            wr.name, field, "byte-order",
+            f"{cs.what} is {cs.order}-endian but is compared with "
+            f"{cond.word.about or cond.word.loc}, which is {cond.word_order}-endian "
+            f"({who}, it cannot swap them)"))
 
 
 def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
@@ -301,12 +309,8 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
         if cond is not None and cond.compare_source is not None:
             cs = cond.compare_source
             _check_placed(chain, wr, "cond_compare", cs, profile, out)
-            if "octets" not in (cs.order, cond.word_order) and cs.order != cond.word_order:
-                out.append(Violation(
-                    wr.name, "cond_compare", "byte-order",
-                    f"{cs.what} is {cs.order}-endian but is compared with "
-                    f"{cond.word.about or cond.word.loc}, which is {cond.word_order}-endian "
-                    "(conditions compare octets, they cannot swap them)"))
+            _check_compare_order(wr, "cond_compare", cond, "a condition compares octets",
+                                 out)
     return out
 
 

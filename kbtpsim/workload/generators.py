@@ -269,6 +269,19 @@ class PrefillWorkload:
         self._req_seq: dict[int, int] = {}
         self._pending: dict[int, Sequence] = {}
 
+    def _evict_oldest(self) -> bool:
+        """Withdraw the oldest published sequence and FREE its blocks; False when none is
+        published (wait for the frees in flight)."""
+        if not self.mine:
+            return False
+        old = self.mine.popleft()
+        if old in self.registry.sequences:
+            self.registry.withdraw(old)
+        for h in old.handles:
+            self.seq += 1
+            self.queue.append(Request("free", h, seq=self.seq))
+        return True
+
     def _plan(self) -> bool:
         kv = self.kv
         tokens = int(self.rng.integers(kv.sequence_tokens_min, kv.sequence_tokens_max + 1))
@@ -278,15 +291,7 @@ class PrefillWorkload:
             lengths = lengths[: self.limit]
             need = self.limit
         if self.in_use + need > self.limit or len(self.free_handles) < need:
-            if not self.mine:
-                return False  # wait for outstanding frees
-            old = self.mine.popleft()
-            if old in self.registry.sequences:
-                self.registry.withdraw(old)
-            for h in old.handles:
-                self.seq += 1
-                self.queue.append(Request("free", h, seq=self.seq))
-            return True
+            return self._evict_oldest()
         handles = tuple(self.base + self.free_handles.popleft() for _ in range(need))
         self.in_use += need
         self.seq_ids += 1
