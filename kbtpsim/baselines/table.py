@@ -391,9 +391,11 @@ def findings(rows: list[Row]) -> list[str]:
             if a.approach.startswith("kbtp_offload"):
                 reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
                           f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
-                          "in the chain path (a "
-                          "request served in the NIC, then its chain re-posted by the "
-                          "connection's CPU process before that credit serves again)")
+                          "in the chain path: a connection's chains run one after the "
+                          "other, each executing every WQE of its credit (the dispatch, "
+                          "markers and patches of every fast path, docs/chains.md) before "
+                          "the data moves, and a served credit serves again only once the "
+                          "CPU has re-posted it")
             elif "ALLOC_STORE" in (a.heavy.get("store", "operations") or []):
                 reason = ("the target serves a connection's requests in order (the "
                           "reference target, docs/decisions.md T4), so a non-inline store's "
