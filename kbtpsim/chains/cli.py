@@ -53,7 +53,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for op in _OPS:
         for v in OPERATIONS[op]:
             print(f"{op:<13} {v:<14} {VARIANTS[v].about}")
-    print(f"profiles: {', '.join(sorted(PROFILES))}")
+    from kbtpsim.chains.measure import EXTRA
+
+    print(f"profiles: {', '.join(sorted(PROFILES))} (and {', '.join(EXTRA)})")
     return 0
 
 

@@ -19,7 +19,8 @@ def run(argv: list[str]) -> int:
 def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["chains", "list"]) == 0
     out = capsys.readouterr().out
-    for name in ("load", "store_inline", "store_read", "alloc_inline", "alloc_read", "ideal"):
+    for name in ("load", "store_inline", "store_read", "alloc_inline", "alloc_read", "ideal",
+                 "cx5+strided"):
         assert name in out
 
 
