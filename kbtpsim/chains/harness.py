@@ -355,20 +355,9 @@ class Harness:
         later credits' session octets, and arm or disarm their ALLOC_STORE allowance so at
         most quota - usage of them are armed (an allocation in software may have used one,
         a FREE returned one)."""
-        server = self.server
         conn = self.cpu_target.connections.get(CONN)
-        established = conn is not None and conn.initiator is not None
-        if established != server.session:
-            server.set_session(established, after)
-        if not server.alloc_arms:
-            return
-        later = [n for n in sorted(server.live) if n > after]
-        armed = [n for n in server.armed_credits() if n > after]
-        allowed = self._allowed()
-        for n in armed[allowed:]:
-            server.disarm(n)
-        for n in [n for n in later if n not in armed][:max(0, allowed - len(armed))]:
-            server.arm(n)
+        self.server.sync_credits(after, conn is not None and conn.initiator is not None,
+                                 self._allowed())
 
     def _execute(self, effects: list[Effect]) -> Generator[simpy.Event, object, None]:
         env = self.sim.env

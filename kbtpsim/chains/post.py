@@ -533,6 +533,25 @@ class ChainServer:
                 self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET,
                                            b"\x01" if established else b"\x00")
 
+    def sync_credits(self, after: int, established: bool, allowed: int,
+                     keep_disarmed: set[int] | frozenset[int] = frozenset()) -> None:
+        """The CPU served credit ``after`` (later credits wait for its gate): set the later
+        credits' session octets to ``established``, and arm or disarm their ALLOC_STORE
+        allowance so that at most ``allowed`` (quota - usage) of them are armed (an
+        allocation in software may have used one, a FREE returned one). Credits in
+        ``keep_disarmed`` are never armed."""
+        if established != self.session:
+            self.set_session(established, after)
+        if not self.alloc_arms:
+            return
+        later = [n for n in sorted(self.live) if n > after]
+        armed = [n for n in self.armed_credits() if n > after]
+        for n in armed[allowed:]:
+            self.disarm(n)
+        for n in [n for n in later if n not in armed and n not in keep_disarmed
+                  ][:max(0, allowed - len(armed))]:
+            self.arm(n)
+
     def armed_credits(self) -> list[int]:
         """Live credits armed for ALLOC_STORE whose chain has not reported yet."""
         return [n for n, cr in sorted(self.live.items()) if cr.alloc_armed]

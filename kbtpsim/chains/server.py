@@ -433,22 +433,10 @@ class OffloadedTargetServer(SoftwareTargetServer):
     def _sync_credits(self, cc: _ChainConn, after: int) -> None:
         """Before releasing credit ``after``: the later credits' session octets, and at
         most quota - usage of them armed for ALLOC_STORE."""
-        cs = cc.chains
         tconn = self.target.connections.get(cc.conn_id)
         sess = tconn.initiator if tconn is not None else None
-        established = sess is not None and sess.name == cc.initiator
-        if established != cs.session:
-            cs.set_session(established, after)
-        if not cs.alloc_arms:
-            return
-        later = [n for n in sorted(cs.live) if n > after]
-        armed = [n for n in cs.armed_credits() if n > after]
-        allowed = self._allowed(cc)
-        for n in armed[allowed:]:
-            cs.disarm(n)
-        for n in [n for n in later if n not in armed and n not in cc.no_arm
-                  ][:max(0, allowed - len(armed))]:
-            cs.arm(n)
+        cc.chains.sync_credits(after, sess is not None and sess.name == cc.initiator,
+                               self._allowed(cc), cc.no_arm)
 
     def _refill(self, cc: _ChainConn) -> Gen:
         """Re-post finished chains, at least ``refill_batch`` at a time (one doorbell)."""

@@ -580,31 +580,34 @@ class QueuePair(RxSide):
         self._rd_sig.fire()
 
     def _x_read(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        if self.peer is None:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+        seq = yield from self._responder_request(ctx, wr, wr.length)
+        if seq is None:
             return
-        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
-            return
-        yield from self._rd_slot(ctx)
-        ctx.byte_len = wr.length
-        seq = self._new_seq(ctx)
         self.txq.append(Packet(PktKind.READ_REQ, seq, total=wr.length, raddr=wr.remote_addr,
                                rkey=wr.rkey))
         self._tx_sig.fire()
 
     def _x_atomic(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        if self.peer is None:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+        seq = yield from self._responder_request(ctx, wr, 8)
+        if seq is None:
             return
-        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
-            return
-        yield from self._rd_slot(ctx)
-        ctx.byte_len = 8
-        seq = self._new_seq(ctx)
         self.txq.append(Packet(
             PktKind.ATOMIC_REQ, seq, total=8, raddr=wr.remote_addr, rkey=wr.rkey,
             opcode=wr.opcode, operands=(wr.swap_add, wr.compare, wr.swap_mask, wr.compare_mask)))
         self._tx_sig.fire()
+
+    def _responder_request(self, ctx: WrContext, wr: WorkRequest, byte_len: int) -> Gen:
+        """The common start of an RDMA Read or atomic: a connected QP, writable local
+        buffers (the response lands there), a slot among the outstanding Reads/atomics;
+        returns the request's sequence number, or None when the WR has failed."""
+        if self.peer is None:
+            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
+            return None
+        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
+            return None
+        yield from self._rd_slot(ctx)
+        ctx.byte_len = byte_len
+        return self._new_seq(ctx)
 
     # ------------------------------------------------------------------ shared helpers
     def dma_gather(self, pieces: list[tuple[int, int]], pkts: list[Packet]) -> None:
