@@ -290,3 +290,39 @@ def test_path_latency_and_port_rate_come_from_the_network_graph() -> None:
     assert p50("10us", "100Gbps") - base == pytest.approx(20_000, rel=0.05)
     # 64 KiB at 10 Gb/s instead of 100 Gb/s: about 47 us more of serialisation
     assert p50("0ns", "10Gbps") - base > 40_000
+
+
+@pytest.mark.parametrize("invalidate", [True, False])
+def test_workload_invalidate_sets_the_flag(invalidate: bool) -> None:
+    """``workload.invalidate``: non-inline LOAD/STORE/ALLOC_STORE ask for INVALIDATE (the
+    default) or not; inline stores never do."""
+    from kbtpsim.wire import RequestFlag, decode
+
+    data = json.loads(json.dumps(SMALL))
+    data["stop"]["operations"] = 60
+    data["initiators"][0]["workload"]["invalidate"] = invalidate
+    out = run_scenario(scenario_from_dict(data), oracle=True)
+    flags = {}
+    for entry in out.system.servers["target"].log:
+        if entry[0] == "handle":
+            msg = decode(entry[2])
+            if type(msg).__name__ in ("Load", "Store", "AllocStore"):
+                inline = bool(msg.flags & RequestFlag.INLINE)
+                flags.setdefault(inline, set()).add(bool(msg.flags & RequestFlag.INVALIDATE))
+    assert flags[False] == {invalidate} and flags[True] == {False}, flags
+
+
+def test_repost_wqe_sets_the_refill_cost() -> None:
+    """``target.cpu.repost_wqe``: the CPU's cost per re-posted WQE (default the profile's
+    ``cpu_post_ns``, 60 ns); a refill of a credit is that times its ~155 WQEs (chain and
+    CPU slots on ideal-be) plus its share of one doorbell (100 ns) per batch."""
+    per_refill = {}
+    for cost in (None, "10ns"):
+        data = json.loads(json.dumps(OFFLOAD))
+        data["stop"]["operations"] = 60
+        if cost is not None:
+            data["target"]["cpu"] = {"repost_wqe": cost}
+        res = run_scenario(scenario_from_dict(data)).results
+        per_refill[cost] = res["targets"]["target"]["cpu"]["per_op"]["REFILL"]["per_op_ns"]
+    assert 1000 < per_refill["10ns"] < 1700, per_refill
+    assert 8000 < per_refill[None] < 9500, per_refill
