@@ -128,11 +128,12 @@ def run_study(sweep: str | Path, out: str | Path, *,
     total = len(points)
     count = [0]
 
-    def on_done(pt: Any, reused: bool) -> None:
+    def on_done(pt: Any, reused: bool, error: str | None) -> None:
         count[0] += 1
         if log is not None:
             values = ", ".join(f"{k}={v}" for k, v in pt.values.items())
-            log(f"[{count[0]}/{total}] {'reused' if reused else 'done'}: {values}")
+            what = "failed" if error else "reused" if reused else "done"
+            log(f"[{count[0]}/{total}] {what}: {values}" + (f": {error}" if error else ""))
 
     rows = run_sweep(points, out_dir, jobs=jobs, on_done=on_done)
     errors = [f"{r['key']}: {r['error']}" for r in rows if "error" in r]

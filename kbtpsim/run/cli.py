@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -71,31 +72,63 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from kbtpsim.run.dask_pool import DaskUnavailable
     from kbtpsim.run.sweep import load_sweep, run_sweep
     from kbtpsim.scenario.load import ScenarioError, parse_override
 
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs < 1:
+        return _fail(f"--jobs: must be at least 1, got {jobs}")
     try:
         extra = [parse_override(o) for o in args.set or ()]
         points = load_sweep(args.sweep, extra)
     except ScenarioError as exc:
         return _fail(str(exc))
     out = Path(args.output) if args.output else Path("results") / Path(args.sweep).stem
+    bad = output_dir_problem(out)
+    if bad:
+        return _fail(f"-o {out}: {bad}")
     done = [0]
 
-    def on_done(pt: Any, reused: bool) -> None:
+    def on_done(pt: Any, reused: bool, error: str | None) -> None:
         done[0] += 1
         if not args.quiet:
-            what = "reused" if reused else "done"
-            values = ", ".join(f"{k}={v}" for k, v in pt.values.items())
-            print(f"[{done[0]}/{len(points)}] {what}: {values}", file=sys.stderr)
+            what = "failed" if error else "reused" if reused else "done"
+            print(f"[{done[0]}/{len(points)}] {what}: {_values(pt)}"
+                  + (f": {error}" if error else ""), file=sys.stderr)
 
-    rows = run_sweep(points, out, jobs=args.jobs, on_done=on_done)
-    failed = [r for r in rows if "error" in r]
-    if not args.quiet:
-        print(f"sweep: {len(rows)} points, {len(failed)} failed: {out / 'sweep.csv'}")
-    for r in failed:
-        print(f"kbtpsim: sweep point {r['key']} failed: {r['error']}", file=sys.stderr)
-    return 1 if failed else 0
+    try:
+        rows = run_sweep(points, out, jobs=jobs, on_done=on_done, dask=args.dask)
+    except DaskUnavailable as exc:
+        return _fail(f"--dask: {exc}")
+    failed = [(pt, r) for pt, r in zip(points, rows, strict=True) if "error" in r]
+    print(f"sweep: {len(rows)} points, {len(failed)} failed: {out / 'sweep.csv'}")
+    for pt, r in failed:
+        print(f"kbtpsim: sweep point {_values(pt)} failed: {r['error']} (directory "
+              f"{out / 'points' / pt.key})", file=sys.stderr)
+    return EXIT_DIVERGED if failed else 0
+
+
+def _values(pt: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in pt.values.items())
+
+
+def output_dir_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be a results directory (None if it can): it names a file,
+    lies under a file, or cannot be created or written."""
+    if out.exists() and not out.is_dir():
+        return "names an existing file, not a directory"
+    probe = out
+    while not probe.exists():
+        parent = probe.parent
+        if parent == probe:
+            break
+        probe = parent
+    if probe.exists() and not probe.is_dir():
+        return f"{probe} is a file, not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -131,10 +164,16 @@ def add_run_parsers(subparsers: Any) -> None:
     p.add_argument("sweep", metavar="SWEEP.yaml", help="sweep file (base, parameters)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="sweep directory (default: results/<sweep file name>)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="parallel processes")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="parallel processes, or the workers of --dask local (default: the "
+                   "number of cores)")
+    p.add_argument("--dask", metavar="ADDRESS",
+                   help="run the points on the Dask scheduler at ADDRESS (e.g. "
+                   "tcp://host:8786), or on a new LocalCluster with 'local'")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a key of every point (repeatable)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no per-point lines")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no per-point lines (the summary line is still printed)")
     p.set_defaults(func=_cmd_sweep)
 
     p = subparsers.add_parser("plot", help="plot run or sweep directories into one figure")

@@ -22,8 +22,10 @@ each crossed with the parameters (which are then optional)::
 A point's values then start with ``case`` (its name), in sweep.csv too.
 
 Every point is validated before any runs. Points run in parallel processes
-(``ProcessPoolExecutor``); each one's directory is ``OUT/points/<key>/`` where ``key`` is
-a hash of the point's resolved scenario, so a rerun skips finished points (resumable).
+(``ProcessPoolExecutor``), or on a Dask distributed cluster (``--dask ADDRESS``, or
+``--dask local`` for a ``LocalCluster``: :mod:`kbtpsim.run.dask_pool`); each one's
+directory is ``OUT/points/<key>/`` where ``key`` is a hash of the point's resolved
+scenario, so a rerun skips finished points (resumable).
 ``OUT/sweep.csv`` and ``OUT/sweep.json`` hold one row per point.
 """
 
@@ -33,7 +35,7 @@ import csv
 import hashlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from kbtpsim.run.results import write_results
 from kbtpsim.scenario.load import ScenarioError, read_yaml, scenario_from_dict
 from kbtpsim.scenario.schema import Scenario
 
@@ -136,19 +139,31 @@ def _cases(raw: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
     return out
 
 
-def _run_point(scenario_json: dict[str, Any], out_dir: str) -> dict[str, Any]:
-    """In a worker process: run one point, write its directory, return its results."""
+def compute_point(sc: Scenario) -> dict[str, Any]:
+    """In a worker (a process of the local pool or a Dask worker, possibly on another
+    machine): run one point; return its results, time series and run information. The
+    sweep's own process writes the point's directory, so workers need no shared disk."""
+    import platform
     import time
 
-    from kbtpsim.run.results import write_results
     from kbtpsim.run.runner import run_scenario
 
-    sc = Scenario.model_validate(scenario_json)
     t = time.perf_counter()
     outcome = run_scenario(sc)
-    info = {"wall_s": round(time.perf_counter() - t, 3)}
-    write_results(out_dir, outcome.results, outcome.timeseries, info)
-    return outcome.results
+    return {"results": outcome.results, "timeseries": outcome.timeseries,
+            "info": {"wall_s": round(time.perf_counter() - t, 3), "host": platform.node()}}
+
+
+def stalled_error(results: dict[str, Any]) -> str | None:
+    """Why a finished point counts as failed (its run stalled), or None."""
+    if results.get("run", {}).get("stop_reason") != "stalled":
+        return None
+    lost = {k: v["connection"] for k, v in results.get("initiators", {}).items()
+            if v.get("connection") != "up"}
+    if lost:
+        return f"run stalled: initiators failed: {lost}"
+    stall = results.get("scenario", {}).get("stop", {}).get("stall", 0)
+    return f"run stalled: no operation completed for {stall / 1e9:g} ms of simulated time"
 
 
 def row_of(point: Point, results: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +173,9 @@ def row_of(point: Point, results: dict[str, Any]) -> dict[str, Any]:
     if "error" in results:
         row["error"] = results["error"]
         return row
+    stalled = stalled_error(results)
+    if stalled is not None:
+        row["error"] = stalled
     row["ops_per_s"] = results["throughput"]["ops_per_s"]
     row["gb_per_s"] = results["throughput"]["gb_per_s"]
     for op, v in sorted(results["operations"].items()):
@@ -171,10 +189,17 @@ def row_of(point: Point, results: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+OnDone = Callable[[Point, bool, str | None], None]
+
+
 def run_sweep(points: list[Point], out_dir: str | Path, jobs: int = 1,
-              on_done: Callable[[Point, bool], None] | None = None) -> list[dict[str, Any]]:
+              on_done: OnDone | None = None, dask: str | None = None
+              ) -> list[dict[str, Any]]:
     """Run the points not finished yet; write sweep.csv/json; return the rows in point
-    order. ``on_done(point, reused)`` is called as each point finishes."""
+    order. ``on_done(point, reused, error)`` is called as each point finishes (``error``:
+    why it failed, or None). Points run in this process (``jobs`` 1), in ``jobs`` local
+    processes, or on the Dask cluster at ``dask`` (a scheduler address, or ``"local"``
+    for a ``LocalCluster`` of ``jobs`` workers): the same rows and files either way."""
     out = Path(out_dir)
     (out / "points").mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
@@ -184,31 +209,18 @@ def run_sweep(points: list[Point], out_dir: str | Path, jobs: int = 1,
         if done.exists():
             results[pt.key] = json.loads(done.read_text(encoding="utf-8"))
             if on_done is not None:
-                on_done(pt, True)
+                on_done(pt, True, row_of(pt, results[pt.key]).get("error"))
         elif pt.key not in {p.key for p in todo}:
             todo.append(pt)
-    if todo:
-        if jobs <= 1:
-            for pt in todo:
-                try:
-                    results[pt.key] = _run_point(pt.scenario.model_dump(mode="json"),
-                                                 str(out / "points" / pt.key))
-                except Exception as exc:  # reported in its row; rerun retries it
-                    results[pt.key] = {"error": f"{type(exc).__name__}: {exc}"}
-                if on_done is not None:
-                    on_done(pt, False)
+    for pt, got in _execute(todo, jobs, dask):
+        if "error" in got:  # reported in its row; a rerun retries it
+            results[pt.key] = got
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures = {pool.submit(_run_point, pt.scenario.model_dump(mode="json"),
-                                       str(out / "points" / pt.key)): pt for pt in todo}
-                for fut in as_completed(futures):
-                    pt = futures[fut]
-                    try:
-                        results[pt.key] = fut.result()
-                    except Exception as exc:  # reported in its row; rerun retries it
-                        results[pt.key] = {"error": f"{type(exc).__name__}: {exc}"}
-                    if on_done is not None:
-                        on_done(pt, False)
+            write_results(out / "points" / pt.key, got["results"], got["timeseries"],
+                          got["info"])
+            results[pt.key] = got["results"]
+        if on_done is not None:
+            on_done(pt, False, row_of(pt, results[pt.key]).get("error"))
     rows = [row_of(pt, results[pt.key]) for pt in points]
     for pt in points:
         (out / "points" / pt.key).mkdir(parents=True, exist_ok=True)
@@ -226,3 +238,33 @@ def run_sweep(points: list[Point], out_dir: str | Path, jobs: int = 1,
         {"parameters": list(points[0].values) if points else [], "rows": rows},
         indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return rows
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _execute(todo: list[Point], jobs: int, dask: str | None
+             ) -> Iterator[tuple[Point, dict[str, Any]]]:
+    """``(point, compute_point(...) or {"error": ...})`` as each point finishes."""
+    if not todo:
+        return
+    if dask is not None:
+        from kbtpsim.run.dask_pool import dask_map
+
+        yield from dask_map(compute_point, todo, lambda pt: pt.scenario, dask, jobs,
+                            _failure)
+    elif jobs <= 1 or len(todo) == 1:
+        for pt in todo:
+            try:
+                yield pt, compute_point(pt.scenario)
+            except Exception as exc:
+                yield pt, _failure(exc)
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            futures = {pool.submit(compute_point, pt.scenario): pt for pt in todo}
+            for fut in as_completed(futures):
+                try:
+                    yield futures[fut], fut.result()
+                except Exception as exc:
+                    yield futures[fut], _failure(exc)

@@ -100,7 +100,7 @@ Random draws use a numpy Generator per initiator seeded with `[seed, index]`.
 requests, utilisation per `metrics.sample_interval`), `DIR/run.json` (wall time, host).
 See "results.json" below.
 
-**Sweeps.** `kbtpsim sweep SWEEP.yaml --jobs N [-o DIR]` with
+**Sweeps.** `kbtpsim sweep SWEEP.yaml [--jobs N] [--dask ADDRESS|local] [-o DIR]` with
 
     base: quickstart.yaml            # or an inline scenario mapping
     set: {stop.operations: 500}      # applied to every point (optional)
@@ -117,6 +117,23 @@ See "results.json" below.
 writes `DIR/points/<hash>/` per point (a hash of the resolved scenario: finished points
 are not rerun), `DIR/sweep.csv` and `DIR/sweep.json` (with `cases`, a point's first value
 is `case`, its name). `--set` overrides every point, cases and parameters included.
+A point whose run fails or stalls is reported with its swept values and its error
+(`[3/8] failed: target.blocks=16: run stalled: ...`), and the sweep exits 1; a rerun
+retries it. `--jobs` (default: the number of cores) is the number of parallel processes.
+
+*On Dask.* `--dask local` runs the points on a Dask `LocalCluster` of `--jobs` worker
+processes; `--dask ADDRESS` on an existing Dask distributed cluster, for example across
+machines (kbtpsim installed on each; only the machine running `kbtpsim sweep` needs the
+sweep file and writes `DIR`):
+
+    dask scheduler --port 8786                 # on machine A
+    dask worker tcp://A:8786 --nthreads 1      # on each worker machine (repeat)
+    kbtpsim sweep scenarios/sweep-initiators.yaml --dask tcp://A:8786 -o results/initiators
+
+Results, resume and progress lines are the same as with the local pool (the same
+sweep gives byte-identical `results.json`, `timeseries.csv`, `sweep.csv` and
+`sweep.json`); a point is one task, and its results come back to the sweep's process.
+
 `kbtpsim plot DIR... -o FIG.png` draws latency CDFs and ring occupancy of run
 directories and throughput against the first swept parameter of sweep directories.
 

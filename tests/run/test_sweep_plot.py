@@ -103,3 +103,133 @@ def test_parsers_register_on_a_parent_cli() -> None:
     assert args.jobs == 2
     args = parser.parse_args(["plot", "d1", "d2", "-o", "f.png"])
     assert args.dirs == ["d1", "d2"]
+
+
+def _tree(out: Path) -> dict[str, bytes]:
+    """The deterministic files of a sweep directory (not run.json: wall time, host)."""
+    return {str(f.relative_to(out)): f.read_bytes() for f in sorted(out.rglob("*"))
+            if f.is_file() and f.name != "run.json"}
+
+
+def test_dask_local_cluster_gives_the_local_pool_results(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("distributed")
+    p = sweep_file(tmp_path, {"initiators[0].count": [1, 2]})
+    pool, dask = tmp_path / "pool", tmp_path / "dask"
+    assert main(["sweep", str(p), "--jobs", "2", "-o", str(pool)]) == 0
+    capsys.readouterr()
+    # two-worker LocalCluster; half of the points already there: resumed, not rerun
+    first = load_sweep(p)[0]
+    (dask / "points").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(pool / "points" / first.key, dask / "points" / first.key)
+    assert main(["sweep", str(p), "--dask", "local", "--jobs", "2", "-o", str(dask)]) == 0
+    err = capsys.readouterr().err
+    assert "[1/2] reused: initiators[0].count=1" in err
+    assert "[2/2] done: initiators[0].count=2" in err
+    assert _tree(dask) == _tree(pool)
+    assert len(_tree(pool)) == 2 * 3 + 2  # per point: results, timeseries, point.yaml
+
+
+def test_dask_unreachable_scheduler_is_one_line(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("distributed")
+    monkeypatch.setattr("kbtpsim.run.dask_pool.CONNECT_TIMEOUT_S", 1)
+    p = sweep_file(tmp_path, {"initiators[0].count": [1]})
+    assert main(["sweep", str(p), "--dask", "tcp://127.0.0.1:9", "-o",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("kbtpsim: error: --dask: cannot reach the Dask scheduler at "
+                             "'tcp://127.0.0.1:9'")
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_is_rejected(tmp_path: Path, jobs: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    p = sweep_file(tmp_path, {"initiators[0].count": [1]})
+    assert main(["sweep", str(p), "--jobs", jobs, "-o", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == f"kbtpsim: error: --jobs: must be at least 1, " \
+                                      f"got {jobs}\n"
+    assert not (tmp_path / "o").exists()
+
+
+def test_jobs_defaults_to_the_number_of_cores(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="kbtpsim")
+    add_run_parsers(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["sweep", "s.yaml"])
+    assert args.jobs is None and args.dask is None  # None: os.cpu_count() at run time
+    with pytest.raises(SystemExit):
+        parser.parse_args(["sweep", "--help"])
+    assert "(default: the number of cores)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_stalled_point_is_a_failure_named_by_its_values(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a credit of 1 with window 2 and a tiny stall limit: the second point stalls
+    p = sweep_file(tmp_path, {"stop.stall": ["50ms", "1ns"]})
+    out = tmp_path / "o"
+    assert main(["sweep", str(p), "--jobs", "1", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "done: stop.stall=50ms\n" in err
+    assert "failed: stop.stall=1ns: run stalled" in err
+    assert "kbtpsim: sweep point stop.stall=1ns failed: run stalled" in err
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert rows[0]["error"] == "" and rows[1]["error"].startswith("run stalled")
+    # resumed: the stalled point is still a failure
+    assert main(["sweep", str(p), "--jobs", "1", "-o", str(out)]) == 1
+    assert "failed: stop.stall=1ns" in capsys.readouterr().err
+
+
+def test_sweep_output_naming_a_file_is_refused(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    p = sweep_file(tmp_path, {"initiators[0].count": [1]})
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["sweep", str(p), "-o", str(f)]) == 2
+    assert capsys.readouterr().err == (f"kbtpsim: error: -o {f}: names an existing file, "
+                                       "not a directory\n")
+    assert main(["sweep", str(p), "-o", str(f / "sub")]) == 2
+    assert capsys.readouterr().err == (f"kbtpsim: error: -o {f / 'sub'}: {f} is a file, "
+                                       "not a directory\n")
+
+
+@pytest.mark.slow
+def test_docs_dask_scheduler_and_worker_commands(tmp_path: Path) -> None:
+    """docs/scenarios.md's run across machines, on this one: `dask scheduler`, two
+    `dask worker`s, `kbtpsim sweep --dask tcp://...` (reduced size)."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("distributed")
+    dask_cli = shutil.which("dask")
+    if dask_cli is None:
+        pytest.skip("the dask command is not on PATH")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    addr = f"tcp://127.0.0.1:{port}"
+    procs = [subprocess.Popen([dask_cli, "scheduler", "--port", str(port), "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        time.sleep(2)
+        procs += [subprocess.Popen([dask_cli, "worker", addr, "--nthreads", "1",
+                                    "--no-dashboard"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for _ in range(2)]
+        sweep = str(REPO / "scenarios" / "sweep-initiators.yaml")
+        small = ["--set", "stop.operations=200", "--set", "stop.warmup=2us"]
+        got = subprocess.run([sys.executable, "-m", "kbtpsim.cli", "sweep", sweep, "--dask",
+                              addr, "-o", str(tmp_path / "dask"), *small],
+                             capture_output=True, text=True, timeout=300, check=False)
+        assert got.returncode == 0, got.stderr
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
+    assert main(["sweep", sweep, "--jobs", "2", "-o", str(tmp_path / "pool"), *small]) == 0
+    assert _tree(tmp_path / "dask") == _tree(tmp_path / "pool")
