@@ -32,7 +32,7 @@ profile's WQE fields are little-endian (``ideal``), the byte order its chains ne
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -113,6 +113,9 @@ class _ChainConn:
     held: list[int] = field(default_factory=list)
     no_arm: set[int] = field(default_factory=set)  #: credits kept without allowance
     wake: simpy.Event | None = None
+    #: effect lists being posted on this connection now (by any core): its held credits'
+    #: CPU slots are in use, so their gates stay held until this is back to 0
+    posting: int = 0
 
 
 class OffloadedTargetServer(SoftwareTargetServer):
@@ -359,9 +362,26 @@ class OffloadedTargetServer(SoftwareTargetServer):
             effects = self.target.poll_waiting(int(self.env.now))
             if effects:
                 yield from self.carry_out(effects, "ALLOC_STORE")
-        for other in self._chain_conns.values():
-            self._release_done(other)
+        # only the connection's own CPU process releases its gates; another connection's
+        # pass that freed it (a deferred FREE performed, a slot written) kicks it instead
+        self._release_done(cc)
         yield from self._refill(cc)
+
+    def carry_out(self, effects: Iterable[Effect], account: str) -> Gen:
+        """The base server's posting, with each connection the effects go to marked as
+        being posted on (``_ChainConn.posting``) until its WRs are in its CPU slots."""
+        effects = list(effects)
+        ccs = {self._chain_conns[e.connection_id] for e in effects
+               if getattr(e, "connection_id", None) in self._chain_conns}
+        for c in ccs:
+            c.posting += 1
+        try:
+            yield from super().carry_out(effects, account)
+        finally:
+            for c in ccs:
+                c.posting -= 1
+        if ccs:
+            self._kick()
 
     def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen:
         """The NIC served ``f``: note it (the target sees the NIC's writes in memory)."""
@@ -414,7 +434,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
         """Release the gates of served credits whose request no longer waits in the
         target (later requests of the connection stay behind it, as in software)."""
         tconn = self.target.connections.get(cc.conn_id)
-        if cc.held and (tconn is None or not tconn.busy):
+        if cc.held and not cc.posting and (tconn is None or not tconn.busy):
             for credit in cc.held:
                 self._sync_credits(cc, credit)
                 cc.chains.release(credit)
