@@ -618,6 +618,18 @@ class _Builder:
             remote_kind="loopback",
             note="marker: the slot holds this ticket's block (not ready: the CPU takes over "
             "with this ticket)"))
+        # draft, "Free-Block Ring", Allocation: the slot holds the block once its Sequence
+        # equals the ticket *and* its Block Offset is not all ones. Conditions test
+        # equality only, so a second marker, after the first on the same QP, clears the
+        # octet again when the Block Offset is all ones (a consumed slot)
+        self.add(WrTemplate(
+            f"{tag}_consumed", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8, inline=b"\x00",
+            fields={"raddr": Addr(f"buf:{arm2}", 2), "rkey": Addr("key:scratch")},
+            cond=CondSpec(Read("buf:bo2+4", 8, (f"{tag}_read_slot",), "slot Block Offset"),
+                          *_window(b"\xff" * 8, b"\xff" * 8),
+                          "slot Block Offset all ones (consumed)"),
+            remote_kind="loopback",
+            note="marker: the slot is consumed (Block Offset all ones): not ready"))
         data_wr = f"{tag}_copy" if v.inline else "ar_read"
         data_field = "raddr" if v.inline else "sge0.addr"
         self.patch(f"{tag}_p_bo", v.name, 8, [("buf:bo2+4", 8, "slot Block Offset")],
@@ -628,7 +640,8 @@ class _Builder:
             self.patch(f"{tag}_p_h{i}", v.name, 1, [self._handle_src()],
                        f"wqe:{tag}_{target}.raddr", what, ro, ("recv",), self._shift_at())
         ready = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", f"m_{v.name}_entry",
-                                                  f"{tag}_seq"), "second arm word"),
+                                                  f"{tag}_seq", f"{tag}_consumed"),
+                              "second arm word"),
                          *_window(GO * 3, b"\xff" * 3), "slot ready for this ticket")
         self.add(WrTemplate(
             f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,

@@ -211,6 +211,37 @@ def test_slot_not_ready_hands_the_ticket_to_the_cpu(be: tuple[str | NicProfile, 
     assert h.mismatches() == []
 
 
+def test_a_consumed_slot_with_the_tickets_sequence_is_not_ready(
+        be: tuple[str | NicProfile, bool]) -> None:
+    """The draft's slot test is Sequence = Ticket *and* Block Offset not all ones
+    ("Free-Block Ring", Allocation). A slot that shows this ticket's Sequence but is
+    consumed (all-ones Block Offset: a duplicate ticket, or a slot read between a
+    consumer's marks) must hand the request over, not copy the block to Block Offset
+    0xFFFFFFFFFFFFFFFF (a remote access error that kills the connection)."""
+    h = Harness(*be, blocks=4, first_block=100, quota=4)
+    r = Req(h)
+    env, mem = h.sim.env, h.tnic.host.memory
+    slot0 = h.target_layout.rings[0].slot_addr(0)
+    msgs = [r.alloc(0x4000 + i) for i in range(4)] + [r.free(0x4000)]
+    res = h.run(msgs)
+    assert served(res, msgs) == ["alloc_inline"] * 4 + [None]
+    good = mem.read(slot0 + 8, 8)  # the free wrote {4, block 100}
+
+    def consumed_for_a_while():  # type: ignore[no-untyped-def]
+        mem.write(slot0 + 8, b"\xff" * 8)
+        yield env.timeout(100_000_000)
+        mem.write(slot0 + 8, good)
+
+    env.process(consumed_for_a_while())
+    late = [r.alloc(0x4005, DATA[::-1]), r.load(0x4005, 0)]
+    res = h.run(late, hello=False)
+    assert served(res, late) == [None, "load"]  # handed over with its ticket
+    assert h.server.slot_not_ready == 1
+    assert [_status(res, m) for m in late] == [0, 0]
+    assert int.from_bytes(mem.read(h.layout.entry_addr(0x4005) + 8, 8), "big") == 100 * BS
+    assert h.mismatches() == []
+
+
 def test_load_of_a_chain_bound_block(be: tuple[str | NicProfile, bool]) -> None:
     h = Harness(*be)
     r = Req(h)
