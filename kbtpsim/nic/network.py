@@ -9,6 +9,10 @@ loopback rate and latency. Delivery is one simpy timeout per packet.
 Connections that share a port (a server's access link) but not their path use
 :meth:`Link.branch`: a link with its own delay whose two directions serialise on the
 port's (``LinkDirection.wire``).
+
+:data:`TAPS` lets a packet capture (:class:`kbtpsim.nic.pcap.Capture`) see every packet
+sent in one simpy environment; with no tap registered a send pays one test of an empty
+dict, and a tap never changes simulated time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ import simpy
 
 from kbtpsim.nic.trace import Tracer
 from kbtpsim.nic.units import Unit
+
+#: environment -> ``tap(pkt, deliver, start_ps)``, called for every packet sent in that
+#: environment with the time its first octet goes on the wire (kbtpsim.nic.pcap)
+TAPS: dict[simpy.Environment, Callable[[Any, Callable[[Any], None], int], None]] = {}
 
 
 class LinkDirection:
@@ -56,7 +64,12 @@ class LinkDirection:
     def send(self, pkt: Any, deliver: Callable[[Any], None]) -> None:
         """Queue ``pkt``; ``deliver(pkt)`` is called when it arrives at the far end."""
         env = self.env
-        left = self.wire.reserve(self.wire_ps(pkt.wire_len), pkt)
+        busy = self.wire_ps(pkt.wire_len)
+        left = self.wire.reserve(busy, pkt)
+        if TAPS:
+            tap = TAPS.get(env)
+            if tap is not None:
+                tap(pkt, deliver, left - busy)
         arrival = env.timeout(left + self.delay_ps - env.now, pkt)
         arrival.callbacks.append(lambda ev: deliver(ev.value))
 
