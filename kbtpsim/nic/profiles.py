@@ -100,10 +100,27 @@ PROFILES: dict[str, NicProfile] = {
 }
 
 
+#: Variant suffixes: ``NAME+strided`` is profile NAME with strided keys.
+VARIANTS: dict[str, dict[str, object]] = {"strided": {"strided_keys": True}}
+#: Variants that are named wherever profiles are listed (``kbtpsim chains list``, the
+#: ``check`` campaigns): cx5 with strided keys, the chain designs' reference point.
+LISTED_VARIANTS = ("cx5+strided",)
+
+
+def profile_names() -> list[str]:
+    """Every profile name to offer a user: the named profiles, then the listed variants."""
+    return [*sorted(PROFILES), *LISTED_VARIANTS]
+
+
 def get_profile(name: str) -> NicProfile:
-    """The profile called ``name``; ``ValueError`` listing the known names otherwise."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        known = ", ".join(sorted(PROFILES))
-        raise ValueError(f"unknown NIC profile {name!r} (known: {known})") from None
+    """The profile called ``name`` (``NAME+strided``: NAME with strided keys);
+    ``ValueError`` listing the known names otherwise."""
+    base, plus, variant = name.partition("+")
+    if base in PROFILES and (not plus or variant in VARIANTS):
+        prof = PROFILES[base]
+        return prof.replace(name=name, **VARIANTS[variant]) if plus else prof
+    known = ", ".join(profile_names())
+    if base in PROFILES:
+        raise ValueError(f"unknown NIC profile {name!r}: {variant!r} is not a variant "
+                         f"(known: {', '.join('+' + v for v in VARIANTS)})")
+    raise ValueError(f"unknown NIC profile {name!r} (known: {known})")

@@ -23,11 +23,12 @@ CDF_QUANTILES = [q / 100 for q in range(0, 100)] + [0.995, 0.999, 0.9999, 1.0]
 
 
 def summarise(latencies_ps: list[int]) -> dict[str, float]:
-    """Mean, percentiles and max of latencies, in ns."""
+    """Min, mean, sample standard deviation, percentiles and max of latencies, in ns."""
     if not latencies_ps:
         return {}
     arr = np.asarray(latencies_ps, dtype=float) / 1000.0
-    out = {"mean": round(float(arr.mean()), 3)}
+    out = {"min": round(float(arr.min()), 3), "mean": round(float(arr.mean()), 3),
+           "stdev": round(float(arr.std(ddof=1)), 3) if arr.size > 1 else 0.0}
     for name, q in PERCENTILES.items():
         out[name] = round(float(np.percentile(arr, q)), 3)
     out["max"] = round(float(arr.max()), 3)

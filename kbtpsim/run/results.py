@@ -54,20 +54,21 @@ def _fmt_ns(value: float | None) -> str:
 
 
 def summary_table(results: dict[str, Any]) -> str:
-    """A plain-text table: per operation count, OK, rate, p50/p90/p99/p99.9."""
+    """A plain-text table: per operation count, OK, rate, latency min/mean/stdev and
+    p50/p90/p99/p99.9."""
     run = results["run"]
     lines = [f"scenario {results['scenario']['name']!r} seed {results['seed']}: "
              f"{run['operations_measured']} operations measured over "
              f"{run['measured_ps'] / 1e6:.1f} us simulated (stop: {run['stop_reason']})"]
+    stats = ("min", "mean", "stdev", "p50", "p90", "p99", "p99.9")
     head = f"{'operation':<14}{'count':>8}{'ok':>8}{'kops/s':>10}{'GB/s':>8}" \
-           f"{'p50':>10}{'p90':>10}{'p99':>10}{'p99.9':>10}"
+           + "".join(f"{q:>10}" for q in stats)
     lines += [head, "-" * len(head)]
     for op, v in sorted(results["operations"].items()):
         lat = v["latency_ns"]
         lines.append(f"{op:<14}{v['count']:>8}{v['ok']:>8}{v['ops_per_s'] / 1e3:>10.1f}"
-                     f"{v['gb_per_s']:>8.2f}{_fmt_ns(lat.get('p50')):>10}"
-                     f"{_fmt_ns(lat.get('p90')):>10}{_fmt_ns(lat.get('p99')):>10}"
-                     f"{_fmt_ns(lat.get('p99.9')):>10}")
+                     f"{v['gb_per_s']:>8.2f}"
+                     + "".join(f"{_fmt_ns(lat.get(q)):>10}" for q in stats))
     tp = results["throughput"]
     lines.append(f"{'total':<14}{run['operations_measured']:>8}{'':>8}"
                  f"{tp['ops_per_s'] / 1e3:>10.1f}{tp['gb_per_s']:>8.2f}")

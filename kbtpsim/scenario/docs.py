@@ -149,7 +149,8 @@ RESULTS_KEYS: list[tuple[str, str]] = [
     ("`throughput`", "`ops_per_s`, `gb_per_s` (OK data octets / measured time) over all "
      "initiators"),
     ("`operations.<OP>`", "`count`, `ok`, `ops_per_s`, `gb_per_s`, `bytes`, `latency_ns` "
-     "and `ok_latency_ns` (`mean`, `p50`, `p90`, `p99`, `p99.9`, `max`), `cdf_ns` "
+     "and `ok_latency_ns` (`min`, `mean`, `stdev` (sample standard deviation), `p50`, "
+     "`p90`, `p99`, `p99.9`, `max`), `cdf_ns` "
      "([latency, quantile] pairs)"),
     ("`statuses.<OP>.<STATUS>`", "`count` and `latency_ns` per completion status "
      "(`RDMA_*`, `CONNECTION_LOST` for transport failures)"),

@@ -99,8 +99,10 @@ class StopSpec(Strict):
 class NicSpec(Strict):
     """A NIC: a named profile (``kbtpsim.nic.PROFILES``) and per-parameter overrides."""
 
-    profile: str = Field("cx5", description="NIC profile name (cx5, irdma, ideal, "
-                         "cx3-40g-ib, cx5-100g-roce); see docs/nic-model.md.")
+    profile: str = Field("cx5", description="NIC profile name: any name `kbtpsim chains "
+                         "list` prints (cx3-40g-ib, cx5, cx5-100g-roce, ideal, ideal-be, "
+                         "irdma, cx5+strided; `NAME+strided` adds strided keys to NAME); "
+                         "see docs/nic-model.md.")
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Profile parameters to change, e.g. "
         "`{link_gbps: 200, masked_atomics: false}`; `*_ns` parameters accept times "
@@ -109,10 +111,14 @@ class NicSpec(Strict):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, value: str) -> str:
-        from kbtpsim.nic import PROFILES
+        from kbtpsim.nic.profiles import get_profile, profile_names
 
-        if value not in PROFILES:
-            raise ValueError(f"unknown NIC profile {value!r}{did_you_mean(value, PROFILES)}")
+        try:
+            get_profile(value)
+        except ValueError:
+            names = profile_names()
+            hint = did_you_mean(value, names) or f" (known: {', '.join(names)})"
+            raise ValueError(f"unknown NIC profile {value!r}{hint}") from None
         return value
 
 

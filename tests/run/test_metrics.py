@@ -12,6 +12,10 @@ from kbtpsim.wire import DecodeError, decode
 def test_summary_percentiles_in_ns() -> None:
     s = summarise([k * 1000 for k in range(1, 1001)])  # 1..1000 ns
     assert s["p50"] == 500.5 and s["max"] == 1000.0 and s["mean"] == 500.5
+    assert s["min"] == 1.0 and s["stdev"] == 288.819  # sample standard deviation
+    assert list(s)[:3] == ["min", "mean", "stdev"]
+    assert summarise([5000]) == {"min": 5.0, "mean": 5.0, "stdev": 0.0, "p50": 5.0,
+                                 "p90": 5.0, "p99": 5.0, "p99.9": 5.0, "max": 5.0}
     assert s["p90"] < s["p99"] < s["p99.9"] < s["max"]
     assert summarise([]) == {}
     points = cdf([1000, 2000, 3000])

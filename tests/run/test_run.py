@@ -49,6 +49,13 @@ def test_quickstart_under_the_oracle(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert op["ok"] == op["count"]
         lat = op["latency_ns"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+        assert 0 < lat["min"] <= lat["mean"] <= lat["max"] and lat["stdev"] > 0
+    head = next(line for line in out.splitlines() if line.startswith("operation"))
+    assert head.split() == ["operation", "count", "ok", "kops/s", "GB/s", "min", "mean",
+                            "stdev", "p50", "p90", "p99", "p99.9"]
+    load = next(line for line in out.splitlines() if line.startswith("LOAD "))
+    mean_us = res["operations"]["LOAD"]["latency_ns"]["mean"] / 1000
+    assert load.split()[6] == f"{mean_us:.2f}us"
     t = res["targets"]["target"]
     assert 0 < t["cpu"]["utilisation"] <= 1
     assert t["cpu"]["per_op"]["LOAD"]["per_op_ns"] > 0
