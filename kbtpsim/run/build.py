@@ -19,7 +19,7 @@ from typing import Any
 
 import networkx as nx
 
-from kbtpsim.nic import Link, NicProfile, Simulation
+from kbtpsim.nic import Link, NicProfile, Simulation, Tracer
 from kbtpsim.nic.units import Unit
 from kbtpsim.scenario.schema import (
     BASELINE_MODES,
@@ -177,15 +177,17 @@ def build_graph(sc: Scenario, profiles: dict[str, NicProfile]) -> nx.Graph:
     return g
 
 
-def build(sc: Scenario, *, trace: bool = False, oracle: bool = True) -> System:
+def build(sc: Scenario, *, trace: bool | Tracer = False, oracle: bool = True) -> System:
     """The system of ``sc`` (targets, initiators, connections not yet made).
 
     Initiators keep no :attr:`~kbtpsim.system.Initiator.results` (the driver records each
     operation as it finishes). Without ``oracle`` the servers keep no log of target calls
     and the initiators no received messages: only the oracle replays them, and they grow
-    with the run."""
+    with the run. ``trace``: a tracer for every NIC (True: an unbounded one)."""
     configs, expanded = target_configs(sc)
-    sim = Simulation(trace=trace, seed=sc.seed)
+    sim = Simulation(trace=trace is True, seed=sc.seed)
+    if isinstance(trace, Tracer):
+        sim.tracer = trace  # before any NIC is added
     profiles: dict[str, NicProfile] = {}
     servers: dict[str, SoftwareTargetServer] = {}
     for i, tgt in enumerate(sc.targets):

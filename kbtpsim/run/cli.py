@@ -18,6 +18,7 @@ EXIT_DIVERGED = 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from kbtpsim.run.observe import observer_from_args, report
     from kbtpsim.run.progress import Progress
     from kbtpsim.run.results import summary_table, write_results
     from kbtpsim.run.runner import run_scenario
@@ -30,10 +31,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         return _fail(str(exc))
     out = Path(args.output) if args.output else Path("results") / sc.name
+    observer, bad = observer_from_args(args.trace, args.pcap, args.trace_window,
+                                       args.trace_limit)
+    if bad:
+        return _fail(bad)
     bar = Progress(f"kbtpsim run {sc.name}", enabled=False if args.quiet else None)
     wall = time.perf_counter()
     try:
-        outcome = run_scenario(sc, oracle=args.oracle, progress=bar.update)
+        outcome = run_scenario(sc, oracle=args.oracle, progress=bar.update,
+                               observer=observer)
     except SchemaRuleError as exc:
         return _fail(str(exc))
     except StagingFull as exc:
@@ -47,6 +53,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_DIVERGED
     finally:
         bar.close()
+        if observer is not None:
+            observer.close()
     info: dict[str, Any] = {
         "wall_s": round(time.perf_counter() - wall, 3), "python": platform.python_version(),
         "host": platform.node(), "argv": sys.argv[1:], "scenario_file": str(args.scenario),
@@ -55,6 +63,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(summary_table(outcome.results))
         print(f"results: {out / 'results.json'} (wall {info['wall_s']:.1f} s)")
+        for line in report(observer) if observer is not None else ():
+            print(line)
     if outcome.results["run"]["stop_reason"] == "stalled":
         lost = {k: v["connection"] for k, v in outcome.results["initiators"].items()
                 if v["connection"] != "up"}
@@ -158,6 +168,17 @@ def add_run_parsers(subparsers: Any) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--debug", action="store_true",
                    help="show the traceback of a failure inside the simulation")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write a Perfetto / Chrome trace of the run (WRs per QP, NIC units, "
+                   "CPU cores, one span per request); see docs/tools.md")
+    p.add_argument("--trace-window", metavar="START:END",
+                   help="trace only what overlaps this span of simulated time, e.g. "
+                   "100us:150us")
+    p.add_argument("--trace-limit", type=int, metavar="N",
+                   help="stop tracing after N events (default 500000)")
+    p.add_argument("--pcap", metavar="FILE.pcap",
+                   help="write every packet on the simulated wire as a RoCEv2 frame "
+                   "(nanosecond pcap, for Wireshark / tshark)")
     p.set_defaults(func=_cmd_run)
 
     p = subparsers.add_parser("sweep", help="run a cartesian product of scenario variants")

@@ -16,6 +16,7 @@ from kbtpsim.baselines.measure import MemoryProbe, add_comparison, cpu_snapshot
 from kbtpsim.run.build import System, build, connect_all
 from kbtpsim.run.driver import Driver
 from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
+from kbtpsim.run.observe import Observer
 from kbtpsim.run.oracle import Divergence, check_oracle
 from kbtpsim.scenario.schema import BASELINE_MODES, Scenario, SchemaRuleError
 from kbtpsim.units import PS_PER_US
@@ -32,14 +33,20 @@ class RunOutcome:
 
 
 def run_scenario(sc: Scenario, *, oracle: bool = False,
-                 progress: ProgressFn | None = None) -> RunOutcome:
-    """Simulate ``sc``; the results dictionary is deterministic (no wall time)."""
+                 progress: ProgressFn | None = None,
+                 observer: Observer | None = None) -> RunOutcome:
+    """Simulate ``sc``; the results dictionary is deterministic (no wall time).
+    ``observer`` (trace, packet capture) sees the run without changing it; the caller
+    closes it."""
     for i, tgt in enumerate(sc.targets if oracle else []):
         if tgt.mode in BASELINE_MODES:
             path = "target" if i == 0 else f"additional_targets[{i - 1}]"
             raise SchemaRuleError(f"{path}.mode", f"--oracle checks KBTP targets; mode "
                                   f"{tgt.mode} is a baseline (not KBTP)")
-    system = build(sc, oracle=oracle)
+    tracer = observer.tracer if observer is not None else None
+    system = build(sc, oracle=oracle, trace=tracer if tracer is not None else False)
+    if observer is not None:
+        observer.start(system)
     env = system.env
     env.run(until=connect_all(system))
     t0 = int(env.now)
@@ -58,6 +65,8 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
 
     recorder = Recorder(env, warm, ops_goal, stop,
                         report_ops if progress is not None and ops_goal else None)
+    if observer is not None:
+        observer.watch(recorder)
     busy = BusyProbe(system)
     busy.add_ports()
     sampler = Sampler(system, busy, sc.metrics.sample_interval, report_time)

@@ -56,3 +56,53 @@ def test_same_inputs_same_timelines() -> None:
     assert a.sim.tracer is not None and b.sim.tracer is not None
     assert a.sim.tracer.to_chrome_trace() == b.sim.tracer.to_chrome_trace()
     assert a.sim.now == b.sim.now
+
+
+def _tracks(doc: dict) -> dict[tuple[int, int], list[tuple[float, float]]]:  # type: ignore[type-arg]
+    out: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            out.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    return out
+
+
+def test_pipelined_wrs_go_on_lanes_whose_spans_nest() -> None:
+    p = _workload()
+    assert p.sim.tracer is not None
+    doc = p.sim.tracer.to_chrome_trace()
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert f"qp{p.qa.qpn:#x}" in names and f"qp{p.qa.qpn:#x} #2" in names  # overlapping WRs
+    for spans in _tracks(doc).values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        stack: list[float] = []
+        for start, end in spans:
+            while stack and stack[-1] <= start + 1e-9:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-9, (start, end, stack)
+            stack.append(end)
+    phases = [e for e in doc["traceEvents"] if e.get("cat") == "wr.phase"]
+    assert {e["name"] for e in phases} == {"queued", "fetched", "running"}
+
+
+def test_a_window_keeps_what_overlaps_it_and_a_limit_stops_recording() -> None:
+    from kbtpsim.nic import Tracer
+
+    full = _workload().sim.tracer
+    assert full is not None
+    ends = sorted(s[4] for s in full.spans)
+    lo, hi = ends[len(ends) // 3], ends[2 * len(ends) // 3]
+    t = Tracer(window=(lo, hi))
+    for s in full.spans:
+        t.span(*s)
+    assert 0 < len(t.spans) < len(full.spans)
+    assert all(s[4] >= lo and s[3] <= hi for s in t.spans)
+    assert len(t.spans) == sum(1 for s in full.spans if s[4] >= lo and s[3] <= hi)
+    t.mark("a", 1, 0, "posted", lo - 10)
+    t.mark("a", 1, 0, "finished", lo - 5)  # over before the window: dropped
+    t.mark("a", 1, 1, "posted", hi + 1)  # after it: never recorded
+    assert t.wrs == {}
+    limited = Tracer(limit=5)
+    for s in full.spans:
+        limited.span(*s)
+    assert len(limited.spans) == 5 and limited.stopped_at == full.spans[5][3]
+    assert limited.to_chrome_trace()["otherData"]["truncated"] is True
