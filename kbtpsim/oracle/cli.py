@@ -92,6 +92,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
             return _fail(f"--mutant: unknown mutant {args.mutant!r} (known: "
                          f"{', '.join(CATALOGUE)})")
         transform = CATALOGUE[args.mutant].transform
+    if args.junit is not None:
+        from kbtpsim.usage import output_file_problem
+
+        bad = output_file_problem(args.junit, (".xml",))
+        if bad:
+            return _fail(f"--junit {args.junit}: {bad}")
     orders: list[bool | None] = {"default": [None], "on": [True], "off": [False],
                                  "both": [False, True]}[args.addr_le]
     plan = (f"kbtpsim check: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}) x profiles "
@@ -105,13 +111,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     total = diverged = 0
     first = None
     runs = [(p, o, m, s) for p in profiles for o in orders for m in mixes for s in seeds]
+    cases: list[Any] = []  # (spec, result or None) for --junit
     for profile, addr_le, mix, seed in runs:
-        if args.stop and diverged:
-            break
         spec = Spec(seed=seed, profile=profile, addr_le=addr_le, ops=args.ops,
                     mix=mix, phases=args.phases, faults=faults,
                     mutant=args.mutant)
+        if args.stop and diverged:
+            cases.append((spec, None))
+            continue
         res = run_campaign(spec, transform)
+        cases.append((spec, res))
         total += 1
         row = res.summary()
         if not args.timing:
@@ -143,6 +152,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
             more = len(res.divergences) - 1
             if more:
                 print(f"  ... and {more} more divergence(s) in that campaign")
+    if args.junit is not None:
+        from kbtpsim.oracle.junit import Case, write_junit
+
+        write_junit(args.junit, [Case(sp, r) for sp, r in cases], {"plan": plan})
+        if not args.json:
+            print(f"junit: {args.junit} ({len(cases)} test cases, {diverged} failures)")
     return EXIT_DIVERGED if diverged else 0
 
 
@@ -219,6 +234,9 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    "docs/oracle.md)")
     q.add_argument("--mutant", metavar="NAME", help="run with a catalogue mutant")
     q.add_argument("--stop", action="store_true", help="stop at the first divergence")
+    q.add_argument("--junit", metavar="FILE.xml",
+                   help="also write a JUnit XML report: one test case per campaign, a "
+                   "divergence as a failure with its decoded report (for CI)")
     _common(q)
     q.set_defaults(func=_cmd_check)
     m = subparsers.add_parser(
