@@ -14,7 +14,8 @@ from kbtpsim.nic.calibration import compare_published
 
 
 def main() -> int:
-    print("| profile | test | size (B) | published | model | rel. error | published.md row |")
+    print("| profile | test | size (B) | published | model | rel. error "
+          "| row ([calibration.md](calibration.md)) |")
     print("|---|---|---|---|---|---|---|")
     for r in compare_published():
         print(f"| {r['profile']} | {r['test']} | {r['size']} | {r['published']} {r['unit']} "

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-#: The draft's table (shared/spec/kbtp-draft.txt, "Comparison of Approaches").
+#: The draft's table (its section "Comparison of Approaches").
 DRAFT = [
     ("One-sided, static", "low", "no", "low"),
     ("One-sided, dynamic", "medium", "yes (allocation)", "medium"),
@@ -451,7 +451,7 @@ def render(rows: list[Row], command: str) -> str:
         "`jupyter execute notebooks/compare-approaches.ipynb` (it reads, and completes, the "
         "same sweep directory).",
         "",
-        "## The draft's table (shared/spec/kbtp-draft.txt, \"Comparison of Approaches\")",
+        "## The draft's table (its \"Comparison of Approaches\")",
         "",
         draft_table(),
         "",

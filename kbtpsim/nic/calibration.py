@@ -1,9 +1,10 @@
 """The published hardware figures the calibration profiles are set against, and the model's.
 
-``PUBLISHED`` copies the rows of ``shared/calibration/published.md`` that a nicbench test
-measures; :func:`compare_published` runs those tests on the calibration profiles and returns
-each model figure beside the published one with its relative error (the table in
-``docs/nic-model.md`` is its output, printed by ``benchmarks/nic_calibration.py``).
+``PUBLISHED`` copies the rows of the calibration sources table (``docs/calibration.md``)
+that a nicbench test measures; :func:`compare_published` runs those tests on the
+calibration profiles and returns each model figure beside the published one with its
+relative error (the table in ``docs/nic-model.md`` is its output, printed by
+``benchmarks/nic_calibration.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Published:
     size: int
     value: float
     unit: str
-    row: int  #: row number in shared/calibration/published.md
+    row: int  #: row number in docs/calibration.md
     source: str
 
 

@@ -10,14 +10,14 @@
   fields and atomics (as on cx5), plus native conditional WRs and strided keys, with
   cx5's WAIT/ENABLE and masked atomics (see docs/nic-model.md);
 * ``cx3-40g-ib`` and ``cx5-100g-roce``: calibration profiles for the published figures in
-  ``shared/calibration/published.md`` (see docs/nic-model.md for each value's source).
+  ``docs/calibration.md`` (see docs/nic-model.md for each value's source).
 """
 
 from __future__ import annotations
 
 from kbtpsim.nic.profile import NicProfile
 
-#: ConnectX-5 EN, 100GbE RoCEv2, PCIe Gen3 x8, direct cable (published.md rows 1-3, 10).
+#: ConnectX-5 EN, 100GbE RoCEv2, PCIe Gen3 x8, direct cable (docs/calibration.md rows 1-3, 10).
 CX5_100G_ROCE = NicProfile(
     name="cx5-100g-roce",
     clock_mhz=500.0,

@@ -1,0 +1,49 @@
+"""docs/calibration.md, the calibration sources table, against
+kbtpsim.nic.calibration.PUBLISHED: every row a test reproduces is in the table with its
+figure and its source, and the page points at nothing outside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kbtpsim.nic.calibration import PUBLISHED
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "calibration.md"
+TEXT = DOC.read_text(encoding="utf-8")
+
+
+def rows() -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    last_source = ""
+    for line in TEXT.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].isdigit():
+            source = cells[5]
+            if source.startswith("the same") and "folder" not in source:
+                source = last_source
+            last_source = source
+            out[int(cells[0])] = [*cells[:5], source]
+    return out
+
+
+def test_every_row_numbered_once() -> None:
+    assert sorted(rows()) == list(range(1, 11))
+
+
+def test_published_rows_are_in_the_table() -> None:
+    table = rows()
+    for pub in PUBLISHED:
+        row = table[pub.row]
+        numbers = {float(x) for x in re.findall(r"\d+(?:\.\d+)?", row[4])}
+        want = pub.value / 1000 if pub.unit == "ns" and pub.test != "dma_read_lat" \
+            else pub.value
+        assert round(want, 2) in numbers, (pub, row[4])
+        repo, _, path = pub.source.partition(" ")
+        assert repo in row[5] and path.split("/")[-1] in row[5], (pub, row[5])
+
+
+def test_the_page_stands_alone() -> None:
+    assert "shared/" not in TEXT and "published.md" not in TEXT
+    for link in re.findall(r"\]\(([^)#]+)", TEXT):
+        assert (DOC.parent / link).exists(), link
