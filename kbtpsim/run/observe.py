@@ -25,7 +25,7 @@ import simpy
 from kbtpsim.nic.pcap import Capture
 from kbtpsim.nic.trace import Tracer
 
-#: default ``--trace-limit``: events recorded before the trace stops (about 150 MB of JSON
+#: default ``--trace-limit``: events recorded before the trace stops (about 110 MB of JSON
 #: per million events)
 DEFAULT_TRACE_LIMIT = 500_000
 

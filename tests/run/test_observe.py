@@ -43,6 +43,15 @@ def test_results_are_byte_identical_with_and_without_pcap_and_trace(
         (d / "seen" / "timeseries.csv").read_bytes()
 
 
+def test_the_same_run_writes_the_same_pcap_and_trace(observed: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    d = observed["dir"]
+    assert main(["run", str(QUICKSTART), "-q", "-o", str(tmp_path / "again"), *SMALL,
+                 "--pcap", str(tmp_path / "q.pcap"), "--trace", str(tmp_path / "q.json")]) == 0
+    assert (tmp_path / "q.pcap").read_bytes() == (d / "q.pcap").read_bytes()
+    assert (tmp_path / "q.json").read_bytes() == (d / "q.json").read_bytes()
+
+
 def test_every_frame_parses_with_a_valid_icrc_and_consistent_transport(
         observed: dict[str, Any]) -> None:
     frames = observed["frames"]
