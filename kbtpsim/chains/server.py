@@ -39,6 +39,7 @@ from typing import Any
 import simpy
 
 from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.cpu_ticket import NicTicketTaker
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
@@ -154,6 +155,9 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self._hold: set[int] = set()  #: connections whose next ALLOC_STORE is held
         self._plans: dict[str, ConnectionPlan] = {}
         self._ring_keys: RingKeys | None = None
+        #: the CPU's FetchAdds on the shared Head through the NIC, once chains take
+        #: Tickets there too (None until then: the CPU's own instant FetchAdd is atomic)
+        self._tickets: NicTicketTaker | None = None
         #: requests per KBTP operation: {"LOAD": {"nic": n, "cpu": m}, ...}
         self.served: dict[str, dict[str, int]] = {}
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
@@ -207,6 +211,9 @@ class OffloadedTargetServer(SoftwareTargetServer):
             if self._ring_keys is None:
                 assert self.layout is not None
                 self._ring_keys = register_ring(self.nic, self.layout.rings[0])
+                # from now on the NIC takes Tickets on Head: so does the CPU (cpu_ticket)
+                self._tickets = NicTicketTaker(self.nic, self._ring_keys,
+                                               self.layout.rings[0].n_slots)
             ring = self._ring_keys
         # one credit per request credit, one for HELLO/GOODBYE, and the refill lag
         credits = self.config.request_credits + self.refill_batch
@@ -425,10 +432,30 @@ class OffloadedTargetServer(SoftwareTargetServer):
             self._log_ticket(f.ticket)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
             self._kick()
+        elif self._tickets is not None and cc.conn_id not in self._hold and \
+                self.target.takes_shared_ticket(cc.conn_id, f.request):
+            effects = yield from self._alloc_through_nic(cc, f.request)
         else:
             effects = self.on_request(conn, f.request, now)
         yield from self.carry_out(effects, op)
         cc.held.append(f.credit)
+
+    def _alloc_through_nic(self, cc: _ChainConn, request: bytes) -> Gen:
+        """A CPU-served ALLOC_STORE while chains also take Tickets on the shared Head:
+        the CPU takes its Ticket with a FetchAdd through its own NIC (``cpu_ticket``),
+        which the NIC's atomic unit orders against the chains' FetchAdds, then finishes
+        the allocation of that Ticket in software. Returns the effects."""
+        conn = cc.conn
+        assert conn is not None and self._tickets is not None
+        ticket, at = yield from self._tickets.take(self.cpu, "ALLOC_STORE")
+        now = int(self.env.now)
+        conn.received.append(request)
+        # for replay(): the request took effect at its FetchAdd, in Ticket order
+        self.log.append(("handle", cc.conn_id, request, at))
+        self._log_ticket(ticket)
+        effects = self.target.allocate_with_ticket(cc.conn_id, request, ticket, at, now)
+        self._kick()
+        return effects
 
     def _release_done(self, cc: _ChainConn) -> None:
         """Release the gates of served credits whose request no longer waits in the

@@ -175,6 +175,20 @@ class TargetTap:
             lambda: self._t.finish_allocation(connection_id, data, ticket, now),
             conn=connection_id)
 
+    def allocate_with_ticket(self, connection_id: int, data: bytes, ticket: int,
+                             ticket_time: int, now: int) -> list[Effect]:
+        """A CPU-served ALLOC_STORE whose Ticket the CPU took through its NIC (a FetchAdd
+        at ``ticket_time``): the request took effect there (an event holding after its
+        ticket); the CPU reads the slot now."""
+        self._rec.add(ticket_time, "handle", conn=connection_id, data=bytes(data),
+                      hold=True, ticket=ticket, ring=self._t.shared_ring.name,
+                      via="cpu", variant="cpu-ticket")
+        return self._tracked(
+            "read_slot", now,
+            lambda: self._t.finish_allocation(connection_id, data, ticket, now,
+                                              handover=False),
+            conn=connection_id)
+
     def note_chain_alloc(self, connection_id: int, data: bytes, ticket: int,
                          now: int) -> list[Effect]:
         # bookkeeping of an allocation whose events came from the chain's WRs

@@ -60,13 +60,21 @@ def drop_wait(chain: Chain) -> None:
     chain.graph.remove_node(waits[0].name)
 
 
+def _alloc_wr(w: WrTemplate) -> bool:
+    return VARIANTS.get(w.part) is not None and VARIANTS[w.part].op == "ALLOC_STORE"
+
+
 def skip_sequence(chain: Chain) -> None:
-    """ALLOC_STORE: the slot's Sequence is not compared with the ticket."""
+    """ALLOC_STORE without the slot test: the slot's Sequence is not compared with the
+    ticket, and a consumed slot (Block Offset all ones) is not noticed (its marker writes
+    the octet it should clear)."""
     for w in _need(_wrs(chain, lambda w: w.cond is not None
-                        and w.cond.compare_source is not None
-                        and VARIANTS.get(w.part) is not None
-                        and VARIANTS[w.part].op == "ALLOC_STORE"), "Sequence marker"):
+                        and w.cond.compare_source is not None and _alloc_wr(w)),
+                   "Sequence marker"):
         _always(w)
+    for w in _need(_wrs(chain, lambda w: _alloc_wr(w) and w.name.endswith("_consumed")),
+                   "consumed-slot marker"):
+        w.inline = b"\x01"
 
 
 def byte_order(chain: Chain) -> None:
@@ -192,7 +200,8 @@ class Mutant:
 CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("drop-wait", drop_wait, "drop the WAIT that holds LOAD's data Write back until "
            "its patched address has landed", mix="valid"),
-    Mutant("skip-sequence", skip_sequence, "ALLOC_STORE without the Sequence = Ticket check",
+    Mutant("skip-sequence", skip_sequence, "ALLOC_STORE without the slot test (Sequence = "
+           "Ticket, Block Offset not all ones)",
            mix="fill", ops=96, faults=Faults(slot_ns=50_000.0)),
     Mutant("byte-order", byte_order, "the handle's octets in the wrong byte order in the "
            "entry Read's address"),

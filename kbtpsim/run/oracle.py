@@ -98,6 +98,12 @@ def check_oracle(system: System) -> list[Divergence]:
             if conn is None:
                 out.append(Divergence(tname, name, -1, "never connected"))
                 continue
+            spec = system.expanded[name].spec
+            if ini.broken is not None and ini.broken != "closed" and \
+                    not spec.workload.misbehave.hoard_tickets:
+                # the reference never tears a well-behaved initiator's connection down
+                out.append(Divergence(tname, name, -1, "the target broke the connection "
+                                      f"of a well-behaved initiator ({ini.broken})"))
             expected = [e.data for e in effects
                         if isinstance(e, SendMessage) and e.connection_id == conn.conn_id]
             got = ini.received

@@ -103,6 +103,12 @@ class TargetCpu:
             self._busy[account] = self._busy.get(account, 0) + ps
             yield self.env.timeout(ps)
 
+    def charge(self, account: str, ps: int) -> None:
+        """Charge ``ps`` of busy time the held core already spent (e.g. spinning on a CQ
+        while a process waited for an event) to ``account``."""
+        if ps > 0:
+            self._busy[account] = self._busy.get(account, 0) + ps
+
     def count(self, account: str, n: int = 1) -> None:
         """Count ``n`` operations of ``account`` (the denominator of :meth:`per_op_ns`)."""
         self._count[account] = self._count.get(account, 0) + n

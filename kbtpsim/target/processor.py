@@ -81,7 +81,6 @@ from kbtpsim.target.stats import OpCounters, QuotaStats, RingStats, TargetStats
 from kbtpsim.target.table import BlockTable
 from kbtpsim.target.validation import DEFINED_FLAGS, Validation
 from kbtpsim.wire import (
-    HEADER_SIZE,
     AllocStore,
     Bind,
     Completion,
@@ -407,8 +406,33 @@ class Target(Validation, DirectAccess):
         self._pump(now, out)
         return out
 
+    def takes_shared_ticket(self, connection_id: int, data: bytes) -> bool:
+        """Would :meth:`handle` take a Ticket of the shared ring for ``data`` now (an
+        ALLOC_STORE that passes validation on an established, idle connection whose
+        session allocates from the shared ring)? A server whose NIC also takes Tickets
+        on that Head (chains) takes this one through the NIC instead and calls
+        :meth:`finish_allocation` with ``handover=False``. No state changes."""
+        conn = self.connections.get(connection_id)
+        if conn is None or conn.busy or conn.queue:
+            return False
+        sess = conn.initiator
+        if sess is None or conn.state is not ConnState.ESTABLISHED or \
+                sess.direct is not None:
+            return False
+        try:
+            msg = decode(data, conn.addr_le)
+        except DecodeError:
+            return False
+        if not isinstance(msg, AllocStore):
+            return False
+        try:
+            self._check_alloc_store(sess, msg)
+        except KbtpError:
+            return False
+        return True
+
     def finish_allocation(self, connection_id: int, data: bytes, ticket: int,
-                          now: int) -> list[Effect]:
+                          now: int, *, handover: bool = True) -> list[Effect]:
         """A NIC chain took ``ticket`` for the ALLOC_STORE ``data`` (FetchAdd on Head) but
         found the slot not ready (Sequence != ticket: a free still writing it) and handed
         the request over. Finish the allocation of *that* ticket in software: wait for the
@@ -426,7 +450,8 @@ class Target(Validation, DirectAccess):
         ring = sess.direct.ring if sess.direct is not None else self.shared_ring
         if not 0 <= ticket <= 0xFFFFFFFF:
             raise ValueError(f"bad ticket {ticket}")
-        self.slot_not_ready += 1
+        if handover:
+            self.slot_not_ready += 1
         sess.tickets += 1
         alloc = _Alloc(connection_id, sess, msg, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
         out: list[Effect] = []
@@ -438,6 +463,14 @@ class Target(Validation, DirectAccess):
             conn.busy = True
         self._pump(now, out)
         return out
+
+    def allocate_with_ticket(self, connection_id: int, data: bytes, ticket: int,
+                             ticket_time: int, now: int) -> list[Effect]:
+        """The server took ``ticket`` of the shared ring for the ALLOC_STORE ``data``
+        itself, with a FetchAdd through its NIC at ``ticket_time`` (see
+        :meth:`takes_shared_ticket`): finish the allocation as :meth:`handle` would
+        after its own FetchAdd. ``ticket_time`` is for observers (the oracle's tap)."""
+        return self.finish_allocation(connection_id, data, ticket, now, handover=False)
 
     def poll_waiting(self, now: int) -> list[Effect]:
         """Re-read the slots of allocations waiting for them (slot not ready: a free still
@@ -492,7 +525,8 @@ class Target(Validation, DirectAccess):
             return
         request_id = int.from_bytes(data[4:12], "big") if len(data) >= 12 else 0
         order = addr_order(conn.addr_le)
-        handle = int.from_bytes(data[12:20], order) if len(data) >= HEADER_SIZE else 0
+        # T3/M1: echo the Block Handle whenever its 8 octets arrived (octets 12..19)
+        handle = int.from_bytes(data[12:20], order) if len(data) >= 20 else 0
         msg = Completion(request_id=request_id, handle=handle, status=exc.status)
         op = _op_name(data[1]) if len(data) > 1 else "UNKNOWN"
         self._send(conn, msg, None, out, op)

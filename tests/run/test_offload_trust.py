@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kbtpsim.run.runner import run_scenario
@@ -30,3 +31,39 @@ def test_two_cores_do_not_release_each_others_credits() -> None:
     out = run_scenario(scenario_from_dict(data), oracle=True)
     assert out.results["run"]["stop_reason"] == "operations"
     assert out.divergences == [], [str(d) for d in out.divergences]
+
+
+def head_race(alloc_ns: int, seed: int, *, ops: int = 240) -> dict[str, object]:
+    """Whole-block ALLOC_STOREs on the NIC (initiator n) against partial-block ones that
+    the CPU serves (initiator c), both on the shared ring's Head."""
+    return {
+        "seed": seed, "stop": {"operations": ops, "warmup": "5us"},
+        "target": {"mode": "offload", "nic": {"profile": "ideal-be"}, "blocks": 128,
+                   "block_size": "4KiB", "request_credits": 8, "max_inline": "4KiB",
+                   "cpu": {"cores": 2, "op_costs": {"ALLOC_STORE": f"{alloc_ns}ns"}}},
+        "initiators": [
+            {"name": "n", "count": 2, "handles": 32, "workload": {
+                "window": 3, "length": {"value": "4KiB"},
+                "mix": {"alloc_store": 3, "free": 2}}},
+            {"name": "c", "count": 2, "handles": 32, "workload": {
+                "window": 3, "length": {"value": 1000},
+                "mix": {"alloc_store": 3, "free": 2}}}],
+    }
+
+
+@pytest.mark.parametrize("alloc_ns,seed", [
+    (380, 1), pytest.param(470, 2, marks=pytest.mark.slow),
+    pytest.param(560, 3, marks=pytest.mark.slow)])
+def test_cpu_tickets_are_ordered_against_the_nics_fetch_adds(alloc_ns: int,
+                                                             seed: int) -> None:
+    """A CPU ALLOC_STORE once took its Ticket with an instant read-modify-write of Head
+    in host memory; one that fell between a chain FetchAdd's DMA read and its posted
+    write took the same Ticket, and the NIC's write put Head back. The CPU now takes its
+    Tickets with a FetchAdd through its own NIC (kbtpsim.chains.cpu_ticket), at a cost."""
+    out = run_scenario(scenario_from_dict(head_race(alloc_ns, seed)), oracle=True)
+    assert out.divergences == [], [str(d) for d in out.divergences]
+    t = out.results["targets"]["target"]
+    served = t["fallbacks"]["served"]["ALLOC_STORE"]
+    assert served["nic"] > 0 and served["cpu"] > 0, served
+    for op in out.results["operations"].values():
+        assert op["ok"] == op["count"], out.results["operations"]
