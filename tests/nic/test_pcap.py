@@ -149,3 +149,31 @@ def test_a_capture_changes_no_simulated_time(tmp_path: Path) -> None:
 
     a, b = cqes(with_pcap), cqes(without)
     assert a == b and len(a) == 6
+
+
+def test_masked_atomics_and_a_little_endian_responder(tmp_path: Path) -> None:
+    """Masked FetchAdd: its mask in Compare Data; masked CmpSwap: the masks after the
+    AtomicETH; the AtomicAckETH is big-endian whatever the responder's memory order."""
+    p = make_pair("ideal")  # atomics in little-endian memory
+    p.b.host.memory.write(p.bufb + 64, (0x1_0000_0010).to_bytes(8, "little"))
+    p.qa.post_send(WorkRequest(Opcode.MASKED_FETCH_ADD, (Sge(p.bufa, 8, p.mra.lkey),),
+                               WqeFlags.SIGNALED, remote_addr=p.bufb + 64, rkey=p.mrb.rkey,
+                               swap_add=0x1_0000_0010, swap_mask=0x8000_0000_8000_0020))
+    p.qa.post_send(WorkRequest(Opcode.MASKED_CAS, (Sge(p.bufa + 8, 8, p.mra.lkey),),
+                               WqeFlags.SIGNALED, remote_addr=p.bufb + 64, rkey=p.mrb.rkey,
+                               swap_add=0xAA, compare=0x2_0000_0020, swap_mask=0xFF,
+                               compare_mask=2**64 - 1))
+    p.qa.ring_doorbell()
+    out = tmp_path / "masked.pcap"
+    with Capture(p.sim.env, out, p.sim.nics):
+        p.run()
+    pkts = [check_frame(d) for _, d in read_frames(out)]
+    assert [x[BTH].opcode for x in pkts] == [0x14, 0x13, 0x12, 0x12]  # pipelined
+    fa, cas, fa_ack, cas_ack = (bytes(x[BTH].payload) for x in pkts)
+    assert struct.unpack("!QIQQ", fa) == (p.bufb + 64, p.mrb.rkey, 0x1_0000_0010,
+                                          0x8000_0000_8000_0020)
+    assert struct.unpack("!QIQQQQ", cas) == (p.bufb + 64, p.mrb.rkey, 0xAA, 0x2_0000_0020,
+                                             0xFF, 2**64 - 1)
+    assert struct.unpack("!IQ", fa_ack)[1] == 0x1_0000_0010
+    assert struct.unpack("!IQ", cas_ack)[1] == 0x2_0000_0020
+    assert p.b.host.memory.read_u64(p.bufb + 64, "little") == 0x2_0000_00AA
