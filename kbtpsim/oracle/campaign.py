@@ -100,6 +100,7 @@ class Spec:
     phases: int = 3
     faults: Faults = field(default_factory=Faults)
     mutant: str | None = None
+    reference: str = "target"  #: the shadow: "target" (Target) or "model" (kbtpsim.refmodel)
 
     def byte_order(self, prof: NicProfile) -> bool:
         return prof.wqe_field_byte_order == "little" if self.addr_le is None else self.addr_le
@@ -114,6 +115,8 @@ class Spec:
             parts.append("--faults " + ",".join(self.faults.names))
         if self.mutant:
             parts.append(f"--mutant {self.mutant}")
+        if self.reference != "target":
+            parts.append(f"--reference {self.reference}")
         return " ".join(parts)
 
 
@@ -399,7 +402,7 @@ class _Run:
                                      chain_transform=transform)
         self.fault_counts: dict[str, int] = {}
         self.per_conn = install(self.server, spec.faults, spec.seed, self.fault_counts)
-        self.shadow = Shadow(self.server.config)
+        self.shadow = Shadow(self.server.config, reference=spec.reference)
         self.results: dict[tuple[int, int], OpResult] = {}
         self.requests = 0
         self.errors: list[str] = []

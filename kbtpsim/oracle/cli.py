@@ -104,7 +104,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{','.join(profiles)} x ADDR_LE {args.addr_le} x mixes {','.join(mixes)}; "
             f"{args.ops} requests per campaign in {args.phases} phases"
             + (f"; faults {','.join(faults.names)}" if faults.names else "")
-            + (f"; mutant {args.mutant}" if args.mutant else ""))
+            + (f"; mutant {args.mutant}" if args.mutant else "")
+            + (f"; reference {args.reference}" if args.reference != "target" else ""))
     if not args.json:
         print(plan, flush=True)
     wall = time.perf_counter()
@@ -115,7 +116,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for profile, addr_le, mix, seed in runs:
         spec = Spec(seed=seed, profile=profile, addr_le=addr_le, ops=args.ops,
                     mix=mix, phases=args.phases, faults=faults,
-                    mutant=args.mutant)
+                    mutant=args.mutant, reference=args.reference)
         if args.stop and diverged:
             cases.append((spec, None))
             continue
@@ -233,6 +234,9 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    help="delay, stall, reorder, reorder-target, slot, drop, rogue (see "
                    "docs/oracle.md)")
     q.add_argument("--mutant", metavar="NAME", help="run with a catalogue mutant")
+    q.add_argument("--reference", choices=("target", "model"), default="target",
+                   help="the shadow the campaigns compare with: the software target "
+                   "(default) or the independent reference model (kbtpsim.refmodel)")
     q.add_argument("--stop", action="store_true", help="stop at the first divergence")
     q.add_argument("--junit", metavar="FILE.xml",
                    help="also write a JUnit XML report: one test case per campaign, a "

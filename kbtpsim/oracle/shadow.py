@@ -41,6 +41,9 @@ class Shadow:
     """A dict-backed :class:`Target` run in lockstep (see the module docstring)."""
 
     config: TargetConfig
+    #: "target": a dict-backed :class:`Target`; "model": the independent reference model
+    #: (:class:`kbtpsim.refmodel.ModelTarget`, docs/oracle.md "The reference model")
+    reference: str = "target"
     #: (connection, Request ID) -> the octets the initiator exposed for an RDMA Read
     sources: dict[tuple[int, int], bytes] = field(default_factory=dict)
     target: Target = field(init=False)
@@ -53,7 +56,14 @@ class Shadow:
     nic_counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.target = Target(self.config)
+        if self.reference == "model":
+            from kbtpsim.refmodel import ModelTarget
+
+            self.target = ModelTarget(self.config)  # type: ignore[assignment]
+        elif self.reference == "target":
+            self.target = Target(self.config)
+        else:
+            raise ValueError(f"reference must be 'target' or 'model', got {self.reference!r}")
         self._reads: dict[int, int] = {}  # connection -> shadow token of its pending Read
         self._current: dict[int, Event] = {}  # connection -> event of its latest request
         self._writes: dict[int, bytes] = {}  # connection -> pending LOAD data

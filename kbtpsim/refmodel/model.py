@@ -98,9 +98,10 @@ class RefModel:
         inis = list(c.initiators)
         if c.table_range is not None:
             self.tbase, self.tcount = c.table_range
-        else:
-            lo = min(i.handle_base for i in inis)
-            self.tbase, self.tcount = lo, max(i.handle_base + i.handle_count for i in inis) - lo
+        else:  # from the lowest to the end of the highest range
+            lo = min((i.handle_base for i in inis), default=0)
+            self.tbase = lo
+            self.tcount = max((i.handle_base + i.handle_count for i in inis), default=lo) - lo
         # T8: DIRECT_ALLOC partitions from the end of the pool, in configuration order
         shared_f = c.blocks - sum(i.quota for i in inis if i.features & Feature.DIRECT_ALLOC)
         self.rings = [R.new_ring("shared", c.ring_slots or pow2(c.blocks),
