@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET
+from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET, VARIANTS
 from kbtpsim.chains.ir import Addr, Chain, Const, CtrlWord, Placed, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.nic import (
@@ -71,8 +71,10 @@ class Finished:
     #: *this* ticket (``Target.finish_allocation``)
     ticket: int | None = None
     #: when the NIC's part took effect (ps, from its CQEs): the FetchAdd that took the
-    #: Ticket for ALLOC_STORE, else the chain's last completion; None if no chain WR
-    #: completed. The order in which a reference target must apply NIC-served requests.
+    #: Ticket for ALLOC_STORE, the instant the table-entry Read sampled the entry for a
+    #: served LOAD, the table-entry Write for a served STORE, else the chain's last
+    #: completion; None if no chain WR completed. The order in which a reference target
+    #: must apply NIC-served requests (their linearisation points).
     nic_time: int | None = None
 
     @property
@@ -92,6 +94,8 @@ class _Credit:
     ticket_taken: bool = False
     ticket_time: int | None = None  #: CQE time of the FetchAdd on Head
     last_time: int | None = None  #: latest CQE time of the credit's chain
+    entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
+    entry_write_time: int | None = None  #: CQE time of a STORE's table-entry Write
 
 
 class ChainServer:
@@ -116,6 +120,14 @@ class ChainServer:
         self.alloc_arms = [f"arm_{v}" for v in ("alloc_inline", "alloc_read")
                            if f"commit_{v}" in names]
         self.fa_heads = {i for i, w in enumerate(self.templates) if w.name.endswith("_fa_head")}
+        #: the table-entry Read every variant's tests use (its sample time is a LOAD's
+        #: linearisation point) and the STOREs' table-entry Writes, by position
+        self.entry_reads = {i for i, w in enumerate(self.templates)
+                            if w.part == "dispatch" and w.opcode is Opcode.RDMA_READ
+                            and w.remote_kind == "strided_table"}
+        self.entry_writes = {i for i, w in enumerate(self.templates)
+                             if w.opcode is Opcode.RDMA_WRITE and w.remote_kind == "strided_table"
+                             and w.part in VARIANTS and VARIANTS[w.part].op == "STORE"}
         if self.alloc_arms and ring is None:
             raise ValueError("an ALLOC_STORE chain needs the ring's keys (ring=)")
         #: credits the CPU may still arm for ALLOC_STORE when it posts them: it sets this
@@ -502,6 +514,10 @@ class ChainServer:
                   and c.opcode is WcOpcode.MASKED_FETCH_ADD):
                 cr.ticket_taken = True
                 cr.ticket_time = c.time
+            elif c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ:
+                cr.entry_read_time = c.time if c.sampled is None else c.sampled
+            elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
+                cr.entry_write_time = c.time
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
@@ -515,11 +531,25 @@ class ChainServer:
                 if cr.served is None:
                     self.slot_not_ready += 1
             out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now, ticket,
-                                cr.ticket_time if cr.ticket_taken else cr.last_time))
+                                self._effect_time(cr)))
             del self.live[self.finished]
             self.free_slots.append(cr.number % self.credits)
             self.finished += 1
         return out
+
+    def _effect_time(self, cr: _Credit) -> int | None:
+        """When the credit's request took effect in the NIC (``Finished.nic_time``): an
+        allocation at its FetchAdd on Head, a LOAD when its table-entry Read sampled the
+        entry (a FREE after that instant does not change what it delivers), a STORE at
+        its table-entry Write, otherwise the chain's last completion."""
+        if cr.ticket_taken:
+            return cr.ticket_time
+        op = VARIANTS[cr.served].op if cr.served in VARIANTS else None
+        if op == "LOAD" and cr.entry_read_time is not None:
+            return cr.entry_read_time
+        if op == "STORE" and cr.entry_write_time is not None:
+            return cr.entry_write_time
+        return cr.last_time
 
     def set_session(self, established: bool, after: int) -> None:
         """The CPU processed credit ``after`` (HELLO, GOODBYE) and the session is now

@@ -54,6 +54,10 @@ class Cqe:
     imm: int | None = None
     invalidated_stag: int | None = None
     time: int = 0
+    #: a simulator annotation, not in a real CQE: for an RDMA Read, when the responder's
+    #: DMA read the data (ps) -- the instant the Read observed memory (the oracle's
+    #: linearisation point of a chain's table-entry Read)
+    sampled: int | None = None
 
 
 #: Size of a CQE in a CQ buffer, and offsets of its fields (mlx5 ``mlx5_cqe64``; all

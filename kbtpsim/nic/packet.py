@@ -45,6 +45,7 @@ class Packet:
         "raddr",
         "ready",
         "rkey",
+        "sampled",
         "seq",
         "status",
         "total",
@@ -71,6 +72,8 @@ class Packet:
         self.payload = payload
         self.ready = ready
         self.operands = operands
+        #: when the responder's DMA read this packet's payload (READ_RESP; ps)
+        self.sampled: int | None = None
         ext = _EXT[kind] if first or kind is PktKind.READ_RESP else 0
         if kind in (PktKind.SEND, PktKind.WRITE) and last and opcode in (0x09, 0x0B, 0x01):
             ext += 4  # ImmDt / IETH

@@ -71,7 +71,8 @@ WC_OPCODE = {
 class WrContext:
     """A WR between its start and its retirement."""
 
-    __slots__ = ("byte_len", "done", "index", "opcode", "pieces", "signaled", "wr_id")
+    __slots__ = ("byte_len", "done", "index", "opcode", "pieces", "sampled", "signaled",
+                 "wr_id")
 
     def __init__(self, env: simpy.Environment, index: int, wr_id: int, opcode: Opcode,
                  signaled: bool) -> None:
@@ -82,6 +83,8 @@ class WrContext:
         self.done = env.event()
         self.byte_len = 0
         self.pieces: list[tuple[int, int]] = []
+        #: RDMA Read: when the responder's DMA read the first octets (ps; Cqe.sampled)
+        self.sampled: int | None = None
 
 
 class QueuePair(RxSide):
@@ -461,7 +464,8 @@ class QueuePair(RxSide):
             if ctx.signaled or status is not WcStatus.SUCCESS:
                 nic.post_cqe(self.send_cq, self._label("cqe", ctx.index), wr_id=ctx.wr_id,
                              status=status, opcode=WC_OPCODE[ctx.opcode], qpn=self.qpn,
-                             wqe_index=ctx.index, byte_len=ctx.byte_len)
+                             wqe_index=ctx.index, byte_len=ctx.byte_len,
+                             sampled=ctx.sampled)
             tracer = nic.tracer
             if tracer is not None:
                 tracer.mark(nic.name, self.qpn, ctx.index, "finished", self.env.now,
@@ -622,6 +626,7 @@ class QueuePair(RxSide):
         def fill(ev: simpy.Event) -> None:
             pkt = ev.value
             pkt.payload = gather(mem, pieces, pkt.offset, pkt.length)
+            pkt.sampled = env.now
 
         for pkt in pkts:
             done = pcie.read_done(addr, pkt.length, pkt, first)

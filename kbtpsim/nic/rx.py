@@ -463,6 +463,8 @@ class RxSide:
         ctx = self.inflight.get(pkt.seq)
         if ctx is None:
             return
+        if pkt.first:
+            ctx.sampled = pkt.sampled
         parts = scatter(ctx.pieces, pkt.offset, pkt.payload or b"")
         for k, (addr, data) in enumerate(parts):
             last = pkt.last and k == len(parts) - 1
