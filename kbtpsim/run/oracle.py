@@ -17,9 +17,12 @@ pool one-sidedly (DIRECT_ALLOC), which the log does not carry.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
+from kbtpsim.errors import DecodeError
 from kbtpsim.run.build import System
 from kbtpsim.system import replay
 from kbtpsim.system.server import ReadSource
@@ -49,8 +52,6 @@ def _same_hello_ack(got: bytes, want: bytes) -> bool:
 
 
 def _fields(msg: Any, strip: set[str]) -> dict[str, Any]:
-    import dataclasses
-
     out = {}
     for f in dataclasses.fields(msg):
         value = getattr(msg, f.name)
@@ -76,6 +77,60 @@ def _read_source(system: System, target: str) -> ReadSource:
         return data[start:start + e.length] if start >= 0 else b""
 
     return read
+
+
+def _decoded(raw: bytes, addr_le: bool) -> Any:
+    try:
+        return decode(raw, addr_le)
+    except DecodeError:
+        return None
+
+
+def _kind(msg: Any) -> str:
+    return type(msg).__name__.upper() if msg is not None else "undecodable"
+
+
+def _show(name: str, value: Any) -> str:
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, int) and name in ("handle", "block_offset", "flags"):
+        return f"{value:#x}"
+    return repr(value) if isinstance(value, bytes) else str(value)
+
+
+def _request_of(server: Any, conn_id: int, request_id: int, addr_le: bool
+                ) -> tuple[str, Any, int] | None:
+    """The logged request of ``conn_id`` with ``request_id``: (who served it, the decoded
+    request, when it took effect); the last such entry (Request IDs may be reused)."""
+    found = None
+    for entry in getattr(server, "log", ()):
+        if entry[0] not in ("handle", "nic") or entry[1] != conn_id:
+            continue
+        msg = _decoded(entry[2], addr_le)
+        if msg is not None and msg.request_id == request_id:
+            found = ("the NIC chain" if entry[0] == "nic" else "the target CPU", msg,
+                     entry[3])
+    return found
+
+
+def explain(server: Any, conn_id: int, got: bytes, want: bytes, addr_le: bool) -> str:
+    """A message that differs from the reference's, decoded field by field: the request
+    it answers (opcode, handle, who served it and when it took effect) and each field
+    that differs; raw octets only for what does not decode."""
+    g, w = _decoded(got, addr_le), _decoded(want, addr_le)
+    if g is None or w is None or type(g) is not type(w):
+        return (f"got a {_kind(g)} message {got.hex()[:96]}, the reference sent a "
+                f"{_kind(w)} {want.hex()[:96]}")
+    diffs = [f"{f.name} got {_show(f.name, getattr(g, f.name))} want "
+             f"{_show(f.name, getattr(w, f.name))}"
+             for f in dataclasses.fields(g) if getattr(g, f.name) != getattr(w, f.name)]
+    head = f"{type(g).__name__.upper()} for Request ID {w.request_id}"
+    req = _request_of(server, conn_id, w.request_id, addr_le)
+    if req is not None:
+        who, msg, at = req
+        head += (f" ({type(msg).__name__.upper()} of handle {msg.handle:#x} on connection "
+                 f"{conn_id}, served by {who}, took effect at {at / 1e6:.3f} us)")
+    return f"{head}: " + "; ".join(diffs or ["identical fields, different octets"])
 
 
 def check_oracle(system: System) -> list[Divergence]:
@@ -116,8 +171,8 @@ def check_oracle(system: System) -> list[Divergence]:
                     continue
                 if i == 0 and server.direct and _same_hello_ack(g, w):
                     continue
-                out.append(Divergence(tname, name, i, f"got {g.hex()[:80]} want "
-                                      f"{w.hex()[:80]}"))
+                out.append(Divergence(tname, name, i, explain(
+                    server, conn.conn_id, g, w, ini.addr_le)))
         mine, theirs = server.target.state(), ref.state()
         if one_sided_writes:
             mine, theirs = mine[:2] + mine[3:], theirs[:2] + theirs[3:]
