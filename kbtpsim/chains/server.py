@@ -48,6 +48,7 @@ from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.profiles import get_profile
 from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTargetServer, op_name
 from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
+from kbtpsim.target.config import CounterMode
 from kbtpsim.target.layout import TargetLayout
 from kbtpsim.wire import Feature
 
@@ -144,6 +145,9 @@ class OffloadedTargetServer(SoftwareTargetServer):
             # an aligned power-of-two table: a chain's handle tests are aligned blocks,
             # and a LOAD block spanning several initiators' ranges must lie in the table
             config = replace(config, table_range=aligned_table(config))
+        if config.counter_mode is not CounterMode.MASKED:  # decision O9
+            raise ValueError("counter_mode unmasked: the offloaded target's chains take "
+                             "Tickets with masked FetchAdds (draft, 'Free-Block Ring')")
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch

@@ -585,6 +585,12 @@ def _check_target(tgt: TargetSpec, path: str) -> None:
                               f"({2 * tgt.block_size} octets)")
     if tgt.operations and tgt.mode != "offload":
         raise SchemaRuleError(f"{path}.operations", "only meaningful with mode: offload")
+    if tgt.mode == "offload" and tgt.counter_mode == "unmasked":
+        # the chains' FetchAdds on Head are the masked ring-counter form (draft,
+        # "Free-Block Ring"); decision O9
+        raise SchemaRuleError(f"{path}.counter_mode", "unmasked counters cannot be used "
+                              f"with {path}.mode: offload (the chains take Tickets with "
+                              "masked FetchAdds; use counter_mode: masked)")
     for op, where in tgt.operations.items():
         if where == "offload" and op not in CHAIN_OPS:
             raise SchemaRuleError(f"{path}.operations.{op}", f"{op.upper()} has no chain: it "

@@ -104,3 +104,18 @@ def test_the_kvcache_offload_run_passes_the_oracle_at_its_own_size() -> None:
     assert out.divergences == [], [str(d) for d in out.divergences]
     served = out.results["targets"]["target"]["fallbacks"]["served"]
     assert served["LOAD"]["nic"] > 0.8 * (served["LOAD"]["nic"] + served["LOAD"]["cpu"])
+
+
+def test_offload_with_unmasked_counters_is_refused_naming_both_keys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kbtpsim.cli import main
+
+    data = head_race(400, 1)
+    data["target"]["counter_mode"] = "unmasked"  # type: ignore[index]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rc = main(["run", str(path), "-o", str(tmp_path / "o"), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("kbtpsim: error: target.counter_mode: unmasked counters "
+                             "cannot be used with target.mode: offload"), err
