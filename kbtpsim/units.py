@@ -2,7 +2,10 @@
 
 ``parse_size("32KiB") == 32768``, ``parse_time("2us") == 2_000_000`` (picoseconds, the
 simulator's time unit), ``parse_rate("200Gbps") == 200e9`` (bits per second). Plain
-numbers are taken in the base unit (octets, picoseconds, bits per second). Errors are
+numbers are octets for sizes and bits per second for rates; a time needs a unit (only 0
+may go without). Sizes take binary units (``KiB``, ``MiB``, ... in any case) and decimal
+ones spelled exactly ``kB``, ``MB``, ``GB``, ``TB``: ``32KB``, ``32kb`` or ``32Mb`` are
+ambiguous (1000 or 1024? bits or octets?) and rejected with a hint. Errors are
 :class:`UnitError` (a ValueError) whose message names the value and the units accepted.
 """
 
@@ -20,10 +23,10 @@ PS_PER_S = 1_000_000_000_000
 SIZE_UNITS: dict[str, int] = {
     "": 1,
     "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
+    "kB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
@@ -61,6 +64,9 @@ def _parse(value: object, units: dict[str, int], kind: str) -> Fraction:
     if isinstance(value, int | float):
         if value < 0:
             raise UnitError(f"a {kind} cannot be negative, got {value!r}")
+        if units is TIME_UNITS and value != 0:
+            raise UnitError(f"{value!r} has no unit (a time needs one: '{value}ns', "
+                            f"'{value}us', ...)")
         return Fraction(value)
     if not isinstance(value, str):
         raise UnitError(f"expected a {kind}, got {value!r}")
@@ -70,10 +76,30 @@ def _parse(value: object, units: dict[str, int], kind: str) -> Fraction:
                         f"{_example(units)})")
     number, unit = match.groups()
     key = unit if unit in units else unit.lower()
+    if units is SIZE_UNITS and key not in units and unit.lower() in _DECIMAL:
+        binary, decimal = _DECIMAL[unit.lower()]
+        raise UnitError(f"{value!r} is ambiguous: {number}{binary} = "
+                        f"{_show(Fraction(number) * SIZE_UNITS[binary.lower()])} or "
+                        f"{number}{decimal} = {_show(Fraction(number) * SIZE_UNITS[decimal])}"
+                        " octets?")
     if key not in units:
-        known = ", ".join(u for u in units if u)
+        known = ", ".join(_SHOWN.get(u, u) for u in units if u)
         raise UnitError(f"unknown unit {unit!r} in {value!r} for a {kind} (known: {known})")
+    if units is TIME_UNITS and not unit and Fraction(number) != 0:
+        raise UnitError(f"{value!r} has no unit (a time needs one: '{number}ns', "
+                        f"'{number}us', ...)")
     return Fraction(number) * units[key]
+
+
+def _show(amount: Fraction) -> str:
+    return str(int(amount)) if amount.denominator == 1 else f"{float(amount):g}"
+
+
+#: how size units are spelled in messages
+_SHOWN = {"b": "B", "kib": "KiB", "mib": "MiB", "gib": "GiB", "tib": "TiB"}
+#: size units that are ambiguous in another case: lower-case spelling -> (binary, decimal)
+_DECIMAL = {"kb": ("KiB", "kB"), "mb": ("MiB", "MB"), "gb": ("GiB", "GB"),
+            "tb": ("TiB", "TB")}
 
 
 def _example(units: dict[str, int]) -> str:
@@ -93,7 +119,7 @@ def parse_size(value: object) -> int:
 
 
 def parse_time(value: object) -> int:
-    """Picoseconds, from ``"2us"``, ``"150ns"``, ``"1.5ms"`` or a number of picoseconds."""
+    """Picoseconds, from ``"2us"``, ``"150ns"``, ``"1.5ms"``, ``"7ps"`` (or 0)."""
     return _whole(_parse(value, TIME_UNITS, "time"), value, "picoseconds")
 
 

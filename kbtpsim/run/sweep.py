@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from kbtpsim.run.results import write_results
-from kbtpsim.scenario.load import ScenarioError, read_yaml, scenario_from_dict
+from kbtpsim.scenario.load import ScenarioError, expect_kind, read_yaml, scenario_from_dict
 from kbtpsim.scenario.schema import Scenario
 
 
@@ -65,6 +65,7 @@ def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> 
     """The points of a sweep file, each validated (errors name the point)."""
     p = Path(path)
     spec = read_yaml(p)
+    expect_kind(spec, p, "sweep")
     top = ["base", "set", "parameters", "seeds", "cases"]
     unknown = set(spec) - set(top)
     if unknown:
@@ -75,6 +76,7 @@ def load_sweep(path: str | Path, extra: list[tuple[str, Any]] | None = None) -> 
     base = spec.get("base")
     if isinstance(base, str):
         base_data = read_yaml(p.parent / base)
+        expect_kind(base_data, p.parent / base, "scenario")
     elif isinstance(base, dict):
         base_data = base
     else:

@@ -39,12 +39,15 @@ same validation.
 line on stderr and exit status 2, for example
 
     kbtpsim: error: target.blokcs: unknown key (did you mean 'blocks'?)
-    kbtpsim: error: target.block_size: unknown unit 'KB' ... (known: b, kb, ..., kib, ...)
+    kbtpsim: error: target.block_size: '32KB' is ambiguous: 32KiB = 32768 or 32kB = 32000 octets?
+    kbtpsim: error: stop.time: 1000 has no unit (a time needs one: '1000ns', '1000us', ...)
     kbtpsim: error: initiators[1].quota: quotas sum to at least 1200, above target.blocks (F = 1024)
 
-**Units.** Sizes accept `4096`, `"4KiB"`, `"1MB"` (octets); times `"2us"`, `"150ns"`,
-`"100ms"` (a plain number is picoseconds); rates `"200Gbps"` (bits per second);
-operation rates `200000`, `"200k/s"`, `"1.5M/s"` (per second).
+**Units.** Sizes accept `4096` (octets), `"4KiB"`, `"2MiB"` (binary, any case) and
+`"32kB"`, `"1MB"` (decimal, spelled exactly so: `32KB`, `32kb` and `32Mb` are ambiguous
+and rejected); times need a unit, `"2us"`, `"150ns"`, `"100ms"`, `"7ps"` (only `0` goes
+without); rates `"200Gbps"` (bits per second); operation rates `200000`, `"200k/s"`,
+`"1.5M/s"` (per second).
 
 **Time.** Time 0 of a run is the moment every initiator's session is established.
 Operations posted before `stop.warmup` are not counted. The run ends at
@@ -97,8 +100,9 @@ Random draws use a numpy Generator per initiator seeded with `[seed, index]`.
 
 **Results.** `DIR/results.json` (byte-identical for the same scenario and seed),
 `DIR/timeseries.csv` (`time_ns,series,value`: ring occupancy, quota use, outstanding
-requests, utilisation per `metrics.sample_interval`), `DIR/run.json` (wall time, host).
-See "results.json" below.
+requests, utilisation per `metrics.sample_interval`, up to the end of the run: with
+`--oracle`, the drain before the comparison is left out), `DIR/run.json` (wall time, host).
+`-q` prints only the results path. See "results.json" below.
 
 **Sweeps.** `kbtpsim sweep SWEEP.yaml [--jobs N] [--dask ADDRESS|local] [-o DIR]` with
 
@@ -327,9 +331,16 @@ def generate() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m kbtpsim.scenario.docs",
+        description=f"Regenerate {DOC_PATH.name} (docs/) from the scenario schema.")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the committed file is stale")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     text = generate()
-    if "--check" in args:
+    if args.check:
         current = DOC_PATH.read_text(encoding="utf-8") if DOC_PATH.exists() else ""
         if current != text:
             print(f"{DOC_PATH} is stale: run python -m kbtpsim.scenario.docs",

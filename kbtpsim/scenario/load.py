@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from kbtpsim.scenario.schema import Scenario, SchemaRuleError, check, did_you_mean
+from kbtpsim.yamlfile import DuplicateKey, load_yaml
 
 
 class ScenarioError(ValueError):
@@ -122,24 +123,54 @@ def apply_overrides(data: dict[str, Any], overrides: typing.Iterable[tuple[str, 
 
 # ---------------------------------------------------------------------------- loading
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """The raw mapping of a scenario file (errors as :class:`ScenarioError`)."""
+    """The raw mapping of a scenario or sweep file (errors as :class:`ScenarioError`):
+    duplicate keys and an empty (or comment-only) file are errors."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(str(p), f"cannot read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
+    except DuplicateKey as exc:
+        raise ScenarioError(exc.path, f"{exc} in {p}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ScenarioError(str(p), f"invalid YAML{where}: {problem}") from None
     if data is None:
-        data = {}
+        raise ScenarioError(str(p), "the file is empty (nothing but comments or blank "
+                            "lines): write at least one key, e.g. 'name: mine'; every "
+                            "default is in docs/scenarios.md")
     if not isinstance(data, dict):
         raise ScenarioError(str(p), "a scenario must be a YAML mapping")
     return data
+
+
+#: The kinds of YAML file kbtpsim reads, and the command that takes each.
+FILE_KINDS = {"scenario": ("a scenario", "kbtpsim run"),
+              "sweep": ("a sweep file (base and parameters or cases)", "kbtpsim sweep"),
+              "replay": ("a replay script (target, initiators and steps)", "kbtpsim replay")}
+
+
+def file_kind(data: dict[str, Any]) -> str:
+    """``scenario``, ``sweep`` or ``replay``: what kind of file a raw mapping is."""
+    if "steps" in data:
+        return "replay"
+    if {"base", "parameters", "cases"} & set(data):
+        return "sweep"
+    return "scenario"
+
+
+def expect_kind(data: dict[str, Any], path: str | Path, kind: str) -> None:
+    """A :class:`ScenarioError` saying which kind of file ``path`` is and which command
+    takes it, unless it is a ``kind`` file."""
+    got = file_kind(data)
+    if got != kind:
+        what, command = FILE_KINDS[got]
+        raise ScenarioError(str(path), f"this is {what}, not {FILE_KINDS[kind][0]}: run it "
+                            f"with {command} {path}")
 
 
 def scenario_from_dict(data: dict[str, Any],
@@ -163,7 +194,9 @@ def load_scenario(path: str | Path, overrides: typing.Iterable[str] = (),
     pairs = [parse_override(o) for o in overrides]
     if seed is not None:
         pairs.append(("seed", seed))
-    return scenario_from_dict(read_yaml(path), pairs)
+    data = read_yaml(path)
+    expect_kind(data, path, "scenario")
+    return scenario_from_dict(data, pairs)
 
 
 # ---------------------------------------------------------------------------- errors

@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from kbtpsim.units import PS_PER_MS, parse_rate, parse_size, parse_time
+from kbtpsim.units import PS_PER_MS, format_time, parse_rate, parse_size, parse_time
 
 
 @dataclass(frozen=True)
@@ -80,20 +80,35 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, frozen=True)
 
 
+#: ``stop.operations`` when neither it nor ``stop.time`` is given
+DEFAULT_OPERATIONS = 1000
+
+
 class StopSpec(Strict):
     """When the run ends (whichever limit comes first) and what is not measured."""
 
     operations: int | None = Field(
-        None, ge=1, description="Stop after this many operations completed after the "
-        "warm-up (all initiators together).")
+        DEFAULT_OPERATIONS, ge=1, description="Stop after this many operations completed "
+        "after the warm-up (all initiators together). The default applies when `stop.time` "
+        "is not given either; with `stop.time` alone, the run stops at that time only.")
     time: Time | None = Field(
         None, description="Stop at this simulated time (warm-up included).")
     warmup: Time = Field(
         0, description="Simulated time from the start whose operations are excluded from "
         "the statistics (sessions are established before time starts counting).")
     stall: Time = Field(
-        50 * PS_PER_MS, description="Stop (reason `stalled`, exit status 1) when no "
-        "operation completes for this long, or when every initiator's connection failed.")
+        format_time(50 * PS_PER_MS), description="Stop (reason `stalled`, exit status 1) "
+        "when no operation completes for this long, or when every initiator's connection "
+        "failed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _time_alone(cls, data: Any) -> Any:
+        """``stop: {time: 1ms}`` stops at that time, not also at the default count."""
+        if isinstance(data, dict) and "operations" not in data and \
+                data.get("time") is not None:
+            return {**data, "operations": None}
+        return data
 
 
 class NicSpec(Strict):
@@ -213,9 +228,11 @@ class TargetSpec(Strict):
     max_inline: Size = Field(4096, description="Max Inline: largest inline store.")
     request_credits: int = Field(64, ge=1, le=65535,
                                  description="Request Credits per connection.")
-    ticket_timeout: Time = Field(100 * PS_PER_MS, description="Ticket Timeout (whole ms).")
-    retention: Time = Field(30_000 * PS_PER_MS, description="How long a disconnected "
-                            "session's bindings are kept (whole ms).")
+    ticket_timeout: Time = Field(format_time(100 * PS_PER_MS),
+                                 description="Ticket Timeout (whole ms).")
+    retention: Time = Field(format_time(30_000 * PS_PER_MS),
+                            description="How long a disconnected session's bindings are "
+                            "kept (whole ms).")
     counter_mode: Literal["masked", "unmasked"] = Field(
         "masked", description="Head/Tail counters: masked FetchAdd or Ticket << 32.")
     binding: Literal["rdmap", "infiniband"] = Field(
@@ -374,7 +391,7 @@ class SwitchSpec(Strict):
     """A switch of the network graph."""
 
     name: str = Field(min_length=1, description="Switch name.")
-    latency: Time = Field(300_000, description="Cut-through latency.")
+    latency: Time = Field("300ns", description="Cut-through latency.")
 
 
 class LinkSpec(Strict):
@@ -402,7 +419,7 @@ class NetworkSpec(Strict):
 class MetricsSpec(Strict):
     """Periodic probes."""
 
-    sample_interval: Time = Field(10_000_000, description="Sampling period of ring "
+    sample_interval: Time = Field("10us", description="Sampling period of ring "
                                   "occupancy, quota use and utilisation time series.")
 
 
@@ -412,8 +429,7 @@ class Scenario(Strict):
     name: str = Field("scenario", description="Scenario name (echoed in results).")
     description: str = Field("", description="Free text.")
     seed: int = Field(0, ge=0, description="Seed of every random draw.")
-    stop: StopSpec = Field(default_factory=lambda: StopSpec.model_validate({"operations": 1000}),
-                           description="Stop condition.")
+    stop: StopSpec = Field(default_factory=StopSpec, description="Stop condition.")
     target: TargetSpec = Field(default_factory=TargetSpec, description="The target.")
     additional_targets: list[TargetSpec] = Field(
         default_factory=list, description="More targets (initiators choose one by "

@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from kbtpsim.units import UnitError, parse_size
 from kbtpsim.wire.constants import Feature, GoodbyeFlag, RequestFlag
+from kbtpsim.yamlfile import DuplicateKey, load_yaml
 
 
 class ScriptError(ValueError):
@@ -232,9 +233,31 @@ def load_script(source: str | Path | dict[str, Any]) -> Script:
     except OSError as exc:
         raise ScriptError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
+    except DuplicateKey as exc:
+        raise ScriptError(f"{exc.path}: {exc} in {path}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ScriptError(f"{path}: invalid YAML{where}") from None
+    if isinstance(raw, dict) and "steps" not in raw:
+        other = _other_kind(raw)
+        if other is not None:
+            what, command = other
+            raise ScriptError(f"{path}: this is {what}, not a replay script (target, "
+                              f"initiators and steps): run it with {command} {path}")
     return parse_script(raw)
+
+
+#: keys only a scenario has at its top level (a replay script has target, initiators
+#: as a mapping, and steps)
+_SCENARIO_KEYS = {"name", "seed", "stop", "metrics", "network", "additional_targets"}
+
+
+def _other_kind(raw: dict[str, Any]) -> tuple[str, str] | None:
+    """(what, command) when ``raw`` is a scenario or a sweep file, not a script."""
+    if {"base", "parameters", "cases"} & set(raw):
+        return "a sweep file (base and parameters or cases)", "kbtpsim sweep"
+    if _SCENARIO_KEYS & set(raw) or isinstance(raw.get("initiators"), list) or not raw:
+        return "a scenario", "kbtpsim run"
+    return None

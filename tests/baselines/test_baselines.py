@@ -104,7 +104,7 @@ def test_static_costs_no_target_cpu_and_reserves_regions_up_front() -> None:
 
 def test_dynamic_cpu_per_operation_is_hand_computed() -> None:
     sim, server, c = system(OneSidedDynamicServer, OneSidedDynamicClient,
-                            BaselineSpec(register_cost=250_000))
+                            BaselineSpec(register_cost="250ns"))
     assert do(sim, c["a"].alloc_store(0x1000, b"k" * 1000)).ok
     assert do(sim, c["b"].load(0x1000)).ok  # one-sided: no CPU
     assert do(sim, c["a"].free(0x1000)).ok
