@@ -13,7 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kbtpsim.nic.calibration import compare_published
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     print("| profile | test | size (B) | published | model | rel. error "
           "| row ([calibration.md](calibration.md)) |")
     print("|---|---|---|---|---|---|---|")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbtpsim.usage import fail as _fail
+from kbtpsim.usage import output_dir_problem, output_file_problem
 
 EXIT_DIVERGED = 1
 
@@ -31,6 +32,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ScenarioError as exc:
         return _fail(str(exc))
     out = Path(args.output) if args.output else Path("results") / sc.name
+    bad_out = output_dir_problem(out)
+    if bad_out:
+        return _fail(f"-o {out}: {bad_out}")
     observer, bad = observer_from_args(args.trace, args.pcap, args.trace_window,
                                        args.trace_limit)
     if bad:
@@ -62,7 +66,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     write_results(out, outcome.results, outcome.timeseries, info)
     if not args.quiet:
         print(summary_table(outcome.results))
-        print(f"results: {out / 'results.json'} (wall {info['wall_s']:.1f} s)")
+    print(f"results: {out / 'results.json'} (wall {info['wall_s']:.1f} s)")
+    if not args.quiet:
         for line in report(observer) if observer is not None else ():
             print(line)
     if outcome.results["run"]["stop_reason"] == "stalled":
@@ -123,32 +128,20 @@ def _values(pt: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in pt.values.items())
 
 
-def output_dir_problem(out: Path) -> str | None:
-    """Why ``out`` cannot be a results directory (None if it can): it names a file,
-    lies under a file, or cannot be created or written."""
-    if out.exists() and not out.is_dir():
-        return "names an existing file, not a directory"
-    probe = out
-    while not probe.exists():
-        parent = probe.parent
-        if parent == probe:
-            break
-        probe = parent
-    if probe.exists() and not probe.is_dir():
-        return f"{probe} is a file, not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return None
-
-
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from kbtpsim.run.plot import PlotError, plot
+    from kbtpsim.run.plot import PlotError, figure_types, plot
 
+    out = Path(args.output) if args.output else Path(args.dirs[0]) / "plot.png"
+    if not out.suffix:
+        out = out.with_suffix(".png")  # what matplotlib writes: say so
+    bad = output_file_problem(out, figure_types())
+    if bad:
+        return _fail(f"-o {out}: {bad}")
     try:
-        panels = plot(args.dirs, args.output)
+        panels = plot(args.dirs, out)
     except PlotError as exc:
         return _fail(str(exc))
-    print(f"{args.output}: {', '.join(panels)}")
+    print(f"{out}: {', '.join(panels)}")
     return 0
 
 
@@ -165,7 +158,8 @@ def add_run_parsers(subparsers: Any) -> None:
     p.add_argument("--oracle", action="store_true",
                    help="check every completion and the final state against a reference "
                    "target; exit 1 on any divergence")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress or table: only the results path")
     p.add_argument("--debug", action="store_true",
                    help="show the traceback of a failure inside the simulation")
     p.add_argument("--trace", metavar="FILE.json",
@@ -199,6 +193,7 @@ def add_run_parsers(subparsers: Any) -> None:
 
     p = subparsers.add_parser("plot", help="plot run or sweep directories into one figure")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="run or sweep directories")
-    p.add_argument("-o", "--output", metavar="FIG.png", default="kbtpsim.png",
-                   help="figure file (default: kbtpsim.png)")
+    p.add_argument("-o", "--output", metavar="FIG.png",
+                   help="figure file: .png, .pdf, .svg, ... (no extension: .png; default: "
+                   "plot.png in the first DIR)")
     p.set_defaults(func=_cmd_plot)

@@ -74,22 +74,24 @@ def summary_table(results: dict[str, Any]) -> str:
                  f"{tp['ops_per_s'] / 1e3:>10.1f}{tp['gb_per_s']:>8.2f}")
     for name, t in results["targets"].items():
         cpu = t["cpu"]
+        who = "target" if name == "target" else f"target {name}"
         per = ", ".join(f"{k} {v['per_op_ns']:.0f}ns" for k, v in cpu["per_op"].items()
                         if k in ("LOAD", "STORE", "ALLOC_STORE", "FREE", "BIND"))
         rings = ", ".join(f"{r['name']} peak {r['in_use_peak']}/{r['blocks']}"
                           for r in t["rings"])
-        lines.append(f"target {name}: CPU {cpu['utilisation'] * 100:.0f}% of "
-                     f"{cpu['cores']} core(s) ({per}); rings: {rings}")
+        lines.append(f"{who}: CPU {cpu['utilisation'] * 100:.0f}% of "
+                     f"{cpu['cores']} core(s) after the warm-up"
+                     + (f" ({per})" if per else "") + (f"; rings: {rings}" if rings else ""))
         mem = t.get("memory")
         if mem:
             util = mem.get("utilisation")
-            lines.append(f"target {name}: KV data held {mem['held_bytes_end'] / 2**20:.1f} MiB"
+            lines.append(f"{who}: KV data held {mem['held_bytes_end'] / 2**20:.1f} MiB"
                          f" / reserved {mem['reserved_bytes_end'] / 2**20:.1f} MiB at the end; "
                          "utilisation " + ("n/a (no FREE)" if util is None
                                            else f"{util * 100:.1f}% (steady state)"))
         nic = t["nic"]
         ports = ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(t["ports"].items()))
-        lines.append(f"target {name}: PCIe host->NIC {nic.get('pcie.rd', 0) * 100:.0f}%, "
+        lines.append(f"{who}: PCIe host->NIC {nic.get('pcie.rd', 0) * 100:.0f}%, "
                      f"NIC->host {nic.get('pcie.wr', 0) * 100:.0f}%; port {ports}")
         served = (t.get("fallbacks") or {}).get("served")
         if served is not None:  # offload mode: who served what (whole run)
@@ -97,7 +99,8 @@ def summary_table(results: dict[str, Any]) -> str:
                               for op, c in served.items()
                               if op in ("LOAD", "STORE", "ALLOC_STORE"))
             refill = cpu["per_op"].get("REFILL", {})
-            lines.append(f"target {name}: NIC served {by_op or 'nothing'}; CPU re-posting "
+            lines.append(f"{who}: NIC served {by_op or 'nothing'} (whole run, warm-up "
+                         f"included); CPU re-posting "
                          f"{refill.get('per_op_ns', 0) / 1000:.2f}us per chain "
                          f"({refill.get('ops', 0):.0f} chains)")
     bad = {st: n for v in results["statuses"].values() for st, n in

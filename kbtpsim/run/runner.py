@@ -107,6 +107,7 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     env.process(watchdog())
     env.run(until=stop)
     end = int(env.now)
+    sampled = len(sampler.rows)  # the time series ends with the run, not the drain
     marks.setdefault("warm", busy.snapshot())
     util = busy.utilisation(marks["warm"], busy.snapshot(), end - warm)
     results = collect(sc, system, recorder, driver, sampler, util, t0, warm, end,
@@ -120,7 +121,7 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
                              "first": [d.as_dict() for d in divergences[:20]]}
     if progress is not None:
         progress(1.0)
-    return RunOutcome(results, sampler.rows, divergences, system)
+    return RunOutcome(results, sampler.rows[:sampled], divergences, system)
 
 
 #: after the last request of a drained run completes, how long the targets get to notice

@@ -136,7 +136,14 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # pragma: no cover
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kbtpsim.system.bench``: the latency table, then LOAD throughput."""
+    import argparse
+
+    argparse.ArgumentParser(
+        prog="python -m kbtpsim.system.bench",
+        description="Print the software target's latency and CPU cost per operation "
+        "(a Markdown table), then LOAD throughput with 1, 2 and 4 cores.").parse_args(argv)
     print(format_rows(measure()))
     for size in (64, 4096):
         for cores in (1, 2, 4):
@@ -144,3 +151,10 @@ if __name__ == "__main__":  # pragma: no cover
             print(f"4 initiators, {size} B LOADs, {cores} core(s): "
                   f"{got['ops_per_s'] / 1e6:.2f} Mops/s, mean latency "
                   f"{got['mean_latency_ns']:.0f} ns, CPU {100 * got['cpu_utilisation']:.0f}%")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    sys.exit(main())

@@ -3,7 +3,8 @@
 Keys are the draft's field names in snake_case. Opcode, status, flag and feature values
 are written as their names; byte strings (``inline_data``, ``initiator_id``) as hex.
 On input, numbers may also be given as ``"0x..."`` strings, flags and features as a list
-of names (or an integer), and opcode and status as a name or an integer.
+of names, one name or names joined by ``|`` (``"SEAL"``, ``"INLINE|SEAL"``), or an
+integer, and opcode and status as a name or an integer.
 
 ``to_json(msg)`` and ``from_json(obj)`` are paired: ``from_json(to_json(m)) == m``.
 Errors in the input raise :class:`JsonFormError` naming the key.
@@ -148,7 +149,9 @@ def _hex(obj: dict[str, Any], key: str, path: str) -> bytes:
 
 def _flags(obj: dict[str, Any], key: str, kind: type[IntFlag] | None, path: str) -> int:
     value = obj.get(key, [])
-    if isinstance(value, int | str) and not isinstance(value, bool):
+    if isinstance(value, str) and not _looks_numeric(value):
+        value = [v.strip() for v in value.replace(",", "|").split("|") if v.strip()]
+    elif isinstance(value, int | str) and not isinstance(value, bool):
         return _number(obj, key, path)
     if not isinstance(value, list):
         raise JsonFormError(f"{path}{key}: expected a list of names, got {value!r}")
@@ -166,6 +169,14 @@ def _flags(obj: dict[str, Any], key: str, kind: type[IntFlag] | None, path: str)
                 f"{path}{key}: unknown flag {item!r} (known: {names})"
             ) from None
     return total
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        int(text.strip(), 0)
+    except ValueError:
+        return False
+    return True
 
 
 def _enum(obj: dict[str, Any], key: str, kind: type[IntEnum], path: str) -> int:
