@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from kbtpsim.nic.calibration import PUBLISHED
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "calibration.md"
@@ -47,3 +49,14 @@ def test_the_page_stands_alone() -> None:
     assert "shared/" not in TEXT and "published.md" not in TEXT
     for link in re.findall(r"\]\(([^)#]+)", TEXT):
         assert (DOC.parent / link).exists(), link
+
+
+def test_nic_model_calibration_table_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/nic-model.md's comparison table is `benchmarks/nic_calibration.py`'s output."""
+    import runpy
+
+    mod = runpy.run_path(str(DOC.parents[1] / "benchmarks" / "nic_calibration.py"))
+    assert mod["main"]([]) == 0
+    table = capsys.readouterr().out
+    doc = (DOC.parent / "nic-model.md").read_text(encoding="utf-8")
+    assert table in doc, "docs/nic-model.md is stale: python benchmarks/nic_calibration.py"
