@@ -214,6 +214,10 @@ class ChainServer:
         #: CPU accounting
         self.wrs_posted = 0
         self.doorbells = 0
+        #: the CPU's MMIO writes outside posting: each gate ENABLE of :meth:`release`,
+        #: and each octet written into a live credit's scratch in NIC device memory
+        #: (session and quota octets: :meth:`set_session`, :meth:`arm`, :meth:`disarm`)
+        self.mmio_writes = 0
         for _ in range(credits):
             self._post_credit()
         self._doorbell()
@@ -562,6 +566,7 @@ class ChainServer:
             if n > after and "arm_read" in cr.bufs:
                 self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET,
                                            b"\x01" if established else b"\x00")
+                self.mmio_writes += self.device_memory
 
     def sync_credits(self, after: int, established: bool, allowed: int,
                      keep_disarmed: set[int] | frozenset[int] = frozenset()) -> None:
@@ -594,6 +599,7 @@ class ChainServer:
             cr.alloc_armed = True
             for arm in self.alloc_arms:
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
+                self.mmio_writes += self.device_memory
 
     def disarm(self, credit: int) -> None:
         """Withdraw ``credit``'s ALLOC_STORE allowance (its quota octet) before its chain
@@ -604,6 +610,7 @@ class ChainServer:
             cr.alloc_armed = False
             for arm in self.alloc_arms:
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x00")
+                self.mmio_writes += self.device_memory
 
     def release(self, credit: int) -> None:
         """The CPU served ``credit``: let the next credit's chain start."""
@@ -611,6 +618,7 @@ class ChainServer:
         self._cpu_slot_index.pop(credit - 2 * self.credits, None)  # long re-posted
         if not self.software:
             self.gate.enable(credit + 1)  # one gate NOP per credit, in order
+            self.mmio_writes += 1  # the CPU's ENABLE of the gate QP: a doorbell write
 
     # ------------------------------------------------------------------ CPU slots
     def cpu_slots_free(self, credit: int) -> int:

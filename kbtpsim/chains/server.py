@@ -62,7 +62,9 @@ UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serve
 
 #: CPU accounts that are not KBTP operations
 REFILL = "REFILL"  #: re-posting chains (per-WR posting and doorbells)
-CHAIN = "CHAIN"  #: noticing credits the NIC served (and ALLOC_STORE bookkeeping)
+#: noticing credits the NIC served (a CQ poll, ALLOC_STORE bookkeeping) and the CPU's
+#: MMIO writes on the chains: gate ENABLEs, session and quota octets in device memory
+CHAIN = "CHAIN"
 
 
 def aligned_table(config: TargetConfig) -> tuple[int, int]:
@@ -118,6 +120,7 @@ class _ChainConn:
     #: effect lists being posted on this connection now (by any core): its held credits'
     #: CPU slots are in use, so their gates stay held until this is back to 0
     posting: int = 0
+    mmio_charged: int = 0  #: ChainServer.mmio_writes already charged to the CPU
 
 
 class OffloadedTargetServer(SoftwareTargetServer):
@@ -376,7 +379,17 @@ class OffloadedTargetServer(SoftwareTargetServer):
         # only the connection's own CPU process releases its gates; another connection's
         # pass that freed it (a deferred FREE performed, a slot written) kicks it instead
         self._release_done(cc)
+        yield from self._charge_mmio(cc)
         yield from self._refill(cc)
+
+    def _charge_mmio(self, cc: _ChainConn) -> Gen:
+        """Charge the CPU's MMIO writes on the connection's chains since the last charge
+        (gate ENABLEs, session and quota octets in NIC device memory) at one doorbell
+        write each, to ``CHAIN``."""
+        n = cc.chains.mmio_writes - cc.mmio_charged
+        if n > 0:
+            cc.mmio_charged += n
+            yield from self.cpu.spend(CHAIN, n * self.cpu.doorbell_ps)
 
     def carry_out(self, effects: Iterable[Effect], account: str) -> Gen:
         """The base server's posting, with each connection the effects go to marked as

@@ -119,3 +119,18 @@ def test_offload_with_unmasked_counters_is_refused_naming_both_keys(
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith("kbtpsim: error: target.counter_mode: unmasked counters "
                              "cannot be used with target.mode: offload"), err
+
+
+def test_the_cpus_mmio_writes_on_the_chains_are_charged() -> None:
+    """Gate ENABLEs and session/quota octets written into NIC device memory are MMIO
+    writes: each costs the CPU one doorbell write (account CHAIN), not nothing."""
+    data = head_race(400, 1, ops=80)
+    out = run_scenario(scenario_from_dict(data))
+    assert out.system is not None
+    server = out.system.servers["target"]
+    writes = sum(server.chain_server(c).mmio_writes  # type: ignore[attr-defined]
+                 for c in server.connections.values())
+    assert writes > 0
+    chain_ns = server.cpu.busy_ns("CHAIN")
+    polls = server.cpu.ops("CHAIN") * server.cpu.poll_ps / 1000
+    assert chain_ns >= polls + writes * server.cpu.doorbell_ps / 1000 - 1e-6
