@@ -35,7 +35,7 @@ from kbtpsim.oracle.node import ChainTransform, ObservedInitiator, ObservedServe
 from kbtpsim.oracle.shadow import Shadow
 from kbtpsim.system.results import ConnectionLost, HelloRejected, OpResult, RdmaError
 from kbtpsim.target import InitiatorConfig, TargetConfig
-from kbtpsim.wire import Feature, Status
+from kbtpsim.wire import DataDescriptor, Feature, Load, Status, encode
 
 BS = 512  #: Block Size of campaign targets (octets)
 BLOCKS = 24
@@ -57,7 +57,7 @@ MIXES: dict[str, dict[str, int]] = {
     "invalid": {"alloc": 8, "store": 4, "load": 4, "xload": 4, "free": 6,
                 "alloc_bound": 6, "store_sealed": 8, "stale": 10, "oversize": 6,
                 "foreign": 6, "range": 6, "double_free": 6, "small_load": 6, "bind": 3,
-                "malformed": 6, "reconnect": 3},
+                "malformed": 6, "reconnect": 3, "status": 4, "nosession": 3},
     "churn": {"alloc": 30, "free": 26, "load": 8, "xload": 6, "store": 6, "stale": 2},
     "fill": {"alloc": 40, "free": 12, "load": 4, "xload": 4},
 }
@@ -300,10 +300,25 @@ class _Actor:
             raw[0:4] = bytes([1, 0x11, 0, 1])  # STORE INLINE, data too long or too short
             data = self.data(BS + cut) if rng.random() < 0.5 else self.data(BS - cut)
             return (yield ini.send_raw(bytes(raw) + data))
+        if kind == "status":  # a full-block LOAD whose Status field is not zero
+            h = rng.choice(self.published)
+            return (yield ini.send_raw(self.raw_load(h, status=rng.randrange(1, 0x100))))
+        if kind == "nosession":  # GOODBYE, a full-block LOAD before HELLO, HELLO again
+            yield ini.goodbye(False)
+            yield ini.send_raw(self.raw_load(rng.choice(self.published)), session=False)
+            yield ini.hello()
+            return None
         if kind == "reconnect":
             yield from self.reconnect()
             return None
         raise ValueError(kind)
+
+    def raw_load(self, handle: int, status: int = 0) -> bytes:
+        """A well-formed full-block LOAD's octets (Status as given; no buffer exposed:
+        a target that serves it anyway writes through STag 0 and fails)."""
+        rid = 0x6000_0000 + self.run.requests + self.rng.randrange(1 << 16)
+        return encode(Load(request_id=rid, handle=handle, status=status,
+                           data_descriptor=DataDescriptor(0, 0, BS)), self.ini.addr_le)
 
     def reconnect(self) -> Gen:
         ini, rng = self.ini, self.rng

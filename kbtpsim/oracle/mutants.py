@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.compiler import VARIANTS, build_chain
-from kbtpsim.chains.ir import Addr, Chain, Read, Role, WrTemplate
+from kbtpsim.chains.ir import Addr, Chain, Const, Read, Role, WrTemplate
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
@@ -179,6 +179,59 @@ def skip_quota(chain: Chain) -> None:
         w.cond = replace(w.cond, mask=bytes(mask))
 
 
+def skip_status(chain: Chain) -> None:
+    """The request's Status field is not tested (its Generation still is): a request
+    with a non-zero Status is served instead of answered MALFORMED."""
+    for w in _need(_wrs(chain, lambda w: w.cond is not None
+                        and w.cond.word.loc == "buf:ct+20"), "Generation/Status marker"):
+        assert w.cond is not None
+        mask = bytearray(w.cond.mask)
+        mask[2:4] = b"\0\0"  # request octets 22..23: Status
+        w.cond = replace(w.cond, mask=bytes(mask))
+
+
+def skip_session(chain: Chain) -> None:
+    """The entry Read ignores the CPU's session octet: requests on a connection whose
+    session is not established (before HELLO, after GOODBYE) are served."""
+    read = _entry_read(chain)
+    assert read.cond is not None
+    mask = bytearray(read.cond.mask)
+    mask[1] = 0  # arm_read octet 1: the session octet (SESSION_OCTET)
+    read.cond = replace(read.cond, mask=bytes(mask))
+
+
+def _cas_arming(chain: Chain, loc: str, what: str) -> list[WrTemplate]:
+    """The masked CASes (CAS-on-WQE lowering, decision C5) that arm a WR whose condition
+    tests the window at ``loc``."""
+    return _need(_wrs(chain, lambda w: w.opcode is Opcode.MASKED_CAS
+                      and w.cas_cond is not None and w.cas_cond.word.loc == loc), what)
+
+
+def _cas_compare_nothing(w: WrTemplate) -> None:
+    w.fields["compare_mask"] = Const(0, "nothing compared (mutant)")
+
+
+def cas_skip_generation(chain: Chain) -> None:
+    """CAS-on-WQE: the CASes arming the Generation/Status markers compare nothing, so
+    they always arm them (stale Generations and non-zero Statuses are served)."""
+    for w in _cas_arming(chain, "buf:ct+20", "CAS arming the Generation marker"):
+        _cas_compare_nothing(w)
+
+
+def cas_skip_entry(chain: Chain) -> None:
+    """CAS-on-WQE: the CASes arming the table-entry markers compare nothing (a LOAD of an
+    unbound handle, a STORE of a sealed block, an ALLOC_STORE of a bound handle pass)."""
+    for w in _cas_arming(chain, "buf:w", "CAS arming an entry marker"):
+        _cas_compare_nothing(w)
+
+
+def cas_skip_length(chain: Chain) -> None:
+    """CAS-on-WQE: the CASes arming the receive byte-count markers compare nothing, so
+    a request with octets added or missing is served (decision C1)."""
+    for w in _cas_arming(chain, "buf:bc", "CAS arming a byte-count marker"):
+        _cas_compare_nothing(w)
+
+
 @dataclass(frozen=True)
 class Mutant:
     """A chain bug and the campaign that must catch it."""
@@ -218,6 +271,16 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "tested", mix="invalid"),
     Mutant("skip-quota", skip_quota, "ALLOC_STORE ignores the CPU's quota octet",
            mix="churn"),
+    Mutant("skip-status", skip_status, "a request's non-zero Status field is ignored",
+           mix="invalid"),
+    Mutant("skip-session", skip_session, "requests are served on a connection whose "
+           "session is not established", mix="invalid"),
+    Mutant("cas-skip-generation", cas_skip_generation, "CAS-on-WQE: the CAS arming the "
+           "Generation marker compares nothing", mix="invalid", profile="cx5+strided"),
+    Mutant("cas-skip-entry", cas_skip_entry, "CAS-on-WQE: the CASes arming the entry "
+           "markers compare nothing", mix="invalid", profile="cx5+strided"),
+    Mutant("cas-skip-length", cas_skip_length, "CAS-on-WQE: the CASes arming the "
+           "byte-count markers compare nothing", mix="invalid", profile="cx5+strided"),
 )}
 
 

@@ -329,13 +329,18 @@ class Initiator(DirectModes):
 
         return self.env.process(self._rpc_checked("BIND", handle, build))
 
-    def send_raw(self, data: bytes) -> simpy.Process:
+    def send_raw(self, data: bytes, *, session: bool = True) -> simpy.Process:
         """Process: send arbitrary octets as a request (tests of malformed input); the
-        value is the COMPLETION whose Request ID equals the header's (octets 4..11)."""
-        return self.env.process(self._raw(data))
+        value is the COMPLETION whose Request ID equals the header's (octets 4..11).
+        ``session=False`` sends it on a connected QP without a session (a request
+        before HELLO, or after GOODBYE)."""
+        return self.env.process(self._raw(data, session))
 
-    def _raw(self, data: bytes) -> Gen:
-        self._session()
+    def _raw(self, data: bytes, session: bool = True) -> Gen:
+        if session:
+            self._session()
+        else:
+            self._up()
         rid = int.from_bytes(data[4:12], "big")
         ev = self._pending[rid] = self.env.event()
         posted = int(self.env.now)
