@@ -108,7 +108,8 @@ class _Direct:
 
     @property
     def partition_stag(self) -> int | None:
-        return self.d["pstag"]
+        stag: int | None = self.d["pstag"]
+        return stag
 
 
 class _Session:

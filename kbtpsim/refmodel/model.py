@@ -211,7 +211,7 @@ class RefModel:
         old = d["ring"]["head"]
         ticket, _ = R.fetch_add(d["ring"], "head")
         self.ticket_taken(s["name"], ticket, now)
-        return old
+        return int(old)
 
     def ticket_taken(self, name: str, ticket: int, now: int) -> None:
         """A ticket taken on the initiator's Head: counted in its usage (draft, "Allocation
@@ -253,7 +253,7 @@ class RefModel:
     def usage(self, s: dict[str, Any]) -> int:
         """Handles bound plus tickets taken and not bound (draft, "Allocation Quotas"); a
         FREE releases its unit when it completes, so a deferred one still counts (T4)."""
-        return len(s["bound"]) + s["tickets"] + s["freeing"]
+        return len(s["bound"]) + int(s["tickets"]) + int(s["freeing"])
 
     # ------------------------------------------------------------------ processing
     def _settle(self, now: int, out: list[Any]) -> None:
@@ -285,9 +285,9 @@ class RefModel:
                 return
             # MALFORMED: "Request cannot be parsed" (draft, "Status Codes"); echo what the
             # header holds of Request ID and Block Handle (T3)
-            order = "little" if conn["le"] else "big"
             rid = int.from_bytes(data[4:12], "big") if len(data) >= 12 else 0
-            h = int.from_bytes(data[12:20], order) if len(data) >= 20 else 0
+            h = int.from_bytes(data[12:20], "little" if conn["le"] else "big") \
+                if len(data) >= 20 else 0
             try:
                 op = Opcode(data[1]).name
             except ValueError:
@@ -326,8 +326,8 @@ class RefModel:
             out.append(("send", conn["id"], ack, encode(ack), None))
             self._count("HELLO", status)
             return
-        s = self.sess[name]
         assert name is not None
+        s = self.sess[name]
         # T5: requested & offered; no RECORD_COMPLETION on RDMAP ("Completion"); ADDR_LE
         # is the target's choice
         f = Feature(int(msg.requested_features)) & s["offered"] & ~Feature.ADDR_LE
