@@ -1,0 +1,61 @@
+"""Every documented command that uses the offloaded target runs to completion (README.md
+and docs/*.md, fenced code blocks), at reduced size: ``stop.operations`` cut, output in a
+temporary directory."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kbtpsim.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+REDUCED_OPS = 24
+
+
+def _offloads(scenario: Path) -> bool:
+    data = yaml.safe_load(scenario.read_text()) or {}
+    if "base" in data:  # a sweep: its base scenario, or a case/parameter that offloads
+        text = scenario.read_text()
+        return "offload" in text or _offloads(scenario.parent / data["base"])
+    tgt = data.get("target") or {}
+    return tgt.get("mode") == "offload"
+
+
+def commands() -> list[tuple[str, str]]:
+    """(page, command) for each `kbtpsim run|sweep` line of a fenced block that uses the
+    offloaded target."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split("#", 1)[0].strip()
+                if not re.match(r"kbtpsim (run|sweep) scenarios/", line):
+                    continue
+                file = REPO / shlex.split(line)[2]
+                if ("mode=offload" in line or _offloads(file)) and \
+                        line not in {c for _, c in out}:  # each command once
+                    out.append((page.name, line))
+    return out
+
+
+def test_the_documented_offload_commands_are_found() -> None:
+    found = {c for _, c in commands()}
+    assert "kbtpsim run scenarios/quickstart-offload.yaml" in found
+    assert any("eval-ablation" in c for c in found)
+
+
+@pytest.mark.parametrize("page,command", commands())
+def test_documented_offload_command_runs(page: str, command: str, tmp_path: Path) -> None:
+    argv = shlex.split(command)[1:]
+    if "-o" in argv:  # keep the documented options, write into tmp_path
+        i = argv.index("-o")
+        del argv[i:i + 2]
+    argv += ["-o", str(tmp_path / "out"), "--set", f"stop.operations={REDUCED_OPS}", "-q"]
+    rc = main(argv)
+    assert rc == 0, (page, command)
