@@ -35,7 +35,7 @@ def _unwritable(directory: Path) -> str | None:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".kbtpsim-probe-"):
             pass
     except OSError as exc:
-        return f"{directory} is not writable ({exc.strerror or exc})"
+        return f"cannot create a file in {directory} ({exc.strerror or exc})"
     return None
 
 

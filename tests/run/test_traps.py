@@ -48,7 +48,7 @@ def test_run_output_that_cannot_be_used(tmp_path: Path, tiny: Path,
     f.write_text("x")
     for out, why in ((f, "names an existing file, not a directory"),
                      (f / "sub", f"{f} is a file, not a directory"),
-                     (Path("/proc/kbtpsim-out"), "/proc is not writable")):
+                     (Path("/proc/kbtpsim-out"), "cannot create a file in /proc")):
         assert main(["run", str(tiny), "-o", str(out)]) == 2
         assert one_line(capsys).startswith(f"-o {out}: {why}")
 
