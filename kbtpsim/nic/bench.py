@@ -126,7 +126,7 @@ def write_lat_samples(profile: str | NicProfile, size: int, iters: int) -> list[
                 yield from _post(env, rig, qp, _write_wr(rig, size, to_b))
                 yield seen
                 yield env.timeout(rig.cpu_poll)
-            out.append((env.now - t0) // 2)
+            out.append(int(env.now - t0) // 2)
         return out
 
     samples: list[int] = rig.run(proc)
@@ -164,7 +164,7 @@ def send_lat_samples(profile: str | NicProfile, size: int, iters: int) -> list[i
                 yield env.timeout(rig.cpu_poll)
                 dbuf, dmr = (rig.bufb, rig.mrb) if to_b else (rig.bufa, rig.mra)
                 dst.post_recv([Sge(dbuf, size, dmr.lkey)])
-            out.append((env.now - t0) // 2)
+            out.append(int(env.now - t0) // 2)
         return out
 
     samples: list[int] = rig.run(proc)
@@ -193,7 +193,7 @@ def rdma_lat_samples(profile: str | NicProfile, size: int, iters: int, atomic: b
             yield from _post(env, rig, rig.qa[0], wr)
             yield from rig.cqa[0].wait(1)
             yield env.timeout(rig.cpu_poll)
-            out.append(env.now - t0)
+            out.append(int(env.now - t0))
         return out
 
     samples: list[int] = rig.run(proc)
@@ -231,14 +231,14 @@ def _stream(profile: str | NicProfile, make: Callable[[_Rig, int], WorkRequest],
             for cqe in got + cq.poll(256):
                 done = max(done, cqe.wr_id)
                 if times is not None:
-                    times.append((cqe.time - t0[0], k, done))
+                    times.append((int(cqe.time) - t0[0], k, done))
 
     t0 = [0]
 
     def main() -> Generator[simpy.Event, Any, int]:
-        t0[0] = env.now
+        t0[0] = int(env.now)
         yield simpy.AllOf(env, [env.process(thread(k)) for k in range(n_qps)])
-        return env.now - t0[0]
+        return int(env.now) - t0[0]
 
     elapsed = rig.run(main)
     return iters * n_qps, elapsed
