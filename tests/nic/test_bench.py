@@ -204,3 +204,12 @@ def test_published_rows_name_known_profiles() -> None:
     from kbtpsim.nic import PROFILES
 
     assert all(p.profile in PROFILES for p in PUBLISHED)
+
+
+def test_cli_all_sizes_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/nic-model.md's `-a` example at reduced size (one iteration per size)."""
+    assert main(["nicbench", "--nic", "cx5+strided", "--test", "read_bw", "-a", "-n", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if line[:2] == " " + line[1:2] and line[1:2].isdigit()]
+    assert [int(r[0]) for r in rows] == list(ALL_SIZES)
+    assert all(r[1] == "2" for r in rows)
