@@ -53,6 +53,13 @@ def _fmt_ns(value: float | None) -> str:
     return f"{value:.0f}ns"
 
 
+def _pct(share: float) -> str:
+    """A share as a percentage, with the digits a small one needs ("0.14%", not "0%")."""
+    if share == 0 or share >= 0.1:
+        return f"{share * 100:.0f}%"
+    return f"{share * 100:.2f}%" if share < 0.01 else f"{share * 100:.1f}%"
+
+
 def summary_table(results: dict[str, Any]) -> str:
     """A plain-text table: per operation count, OK, rate, latency min/mean/stdev and
     p50/p90/p99/p99.9."""
@@ -79,7 +86,7 @@ def summary_table(results: dict[str, Any]) -> str:
                         if k in ("LOAD", "STORE", "ALLOC_STORE", "FREE", "BIND"))
         rings = ", ".join(f"{r['name']} peak {r['in_use_peak']}/{r['blocks']}"
                           for r in t["rings"])
-        lines.append(f"{who}: CPU {cpu['utilisation'] * 100:.0f}% of "
+        lines.append(f"{who}: CPU {_pct(cpu['utilisation'])} of "
                      f"{cpu['cores']} core(s) after the warm-up"
                      + (f" ({per})" if per else "") + (f"; rings: {rings}" if rings else ""))
         mem = t.get("memory")
@@ -87,8 +94,9 @@ def summary_table(results: dict[str, Any]) -> str:
             util = mem.get("utilisation")
             lines.append(f"{who}: KV data held {mem['held_bytes_end'] / 2**20:.1f} MiB"
                          f" / reserved {mem['reserved_bytes_end'] / 2**20:.1f} MiB at the end; "
-                         "utilisation " + ("n/a (no FREE)" if util is None
-                                           else f"{util * 100:.1f}% (steady state)"))
+                         "utilisation " + (
+                             "n/a (no FREE completed before the last sample)" if util is None
+                             else f"{util * 100:.1f}% (steady state)"))
         nic = t["nic"]
         ports = ", ".join(f"{k} {v * 100:.0f}%" for k, v in sorted(t["ports"].items()))
         lines.append(f"{who}: PCIe host->NIC {nic.get('pcie.rd', 0) * 100:.0f}%, "

@@ -215,3 +215,14 @@ def test_quickstart_header_says_what_it_runs() -> None:
     assert f"{data['initiators'][0]['count']} initiators".replace("4", "four") in header
     readme = (REPO / "README.md").read_text()
     assert "serving four initiators; about 10 s" in " ".join(readme.split())
+
+
+def test_summary_shows_a_small_cpu_share_not_zero() -> None:
+    from kbtpsim.run.results import _pct, summary_table
+    from kbtpsim.run.runner import run_scenario
+
+    assert [_pct(x) for x in (0, 0.001411, 0.0534, 0.56, 1.0)] == \
+        ["0%", "0.14%", "5.3%", "56%", "100%"]
+    res = run_scenario(scenario_from_dict(TINY)).results
+    res["targets"]["target"]["cpu"]["utilisation"] = 0.001411  # a kvcache run's share
+    assert "target: CPU 0.14% of 1 core(s)" in summary_table(res)
