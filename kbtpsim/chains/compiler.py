@@ -493,10 +493,42 @@ class _Builder:
                     "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
             gather=(Read("pool", bs, (), "the block"),), cond=self.armed(v, n),
             remote_kind="initiator", note="RDMA Write of the block to the initiator"))
-        self._completion(v, "load_send", 4, Read("buf:w+4", 4, ("read_entry",),
+        self._load_recheck(v, n)
+        self._completion(v, "load_send", 7, Read("buf:w+4", 4, ("read_entry",),
                                                  "entry Data Length"),
                          "buf:bo", ("read_entry",))
-        self._commit(v, 5)
+        self._commit(v, 8)
+
+    def _load_recheck(self, v: Variant, slot: int) -> None:
+        """Seqlock (decision O3): after the data Write completed (the block has been read),
+        re-read the entry; only if its Flags and Generation equal the first Read's does a
+        marker complete the arm word, so the COMPLETION and the commit run. Otherwise the
+        chain hands the LOAD over: a FREE (and a re-allocation of the block) between the
+        entry Read and the data Read changed the Generation (draft, "Block Free")."""
+        ro = self.ro
+        self.patch("p_h_lrr", v.name, 1, [self._handle_src()], "wqe:load_reread.raddr",
+                   "Block Handle << 8", ro, ("recv",), self._shift_at())
+        self.patch("p_lrr_cmp", v.name, 3, [("buf:w", 4, "entry Flags, Generation")],
+                   "wqe:m_load_same.cond_compare", "entry Flags, Generation (first Read)",
+                   "octets", ("read_entry",))
+        self.add(WrTemplate(
+            "load_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 5,
+            fields={"raddr": Placed("p_h_lrr", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            places=(Place("buf:lrr", 8, "entry[0:8] again, after the data Write", "big"),),
+            cond=self.armed(v, slot), remote_kind="strided_table",
+            note="re-read the entry after the block was read (seqlock)"))
+        self.add(WrTemplate(
+            "m_load_same", Role.WORKER, Opcode.RDMA_WRITE, v.name, 6, inline=GO,
+            fields={"raddr": Addr(f"buf:arm_{v.name}", slot), "rkey": Addr("key:scratch")},
+            cond=CondSpec(Read("buf:lrr", 8, ("load_reread",), "entry re-read"),
+                          *_window(b"", b"\xff" * 4), "entry Flags and Generation unchanged",
+                          "octets", Placed("p_lrr_cmp", "entry Flags, Generation",
+                                           "octets", "patch")),
+            remote_kind="loopback",
+            note=f"marker: the entry did not change while the block was read -> "
+            f"arm_{v.name}[{slot}]"))
+        self.arm_producers[v.name].append("m_load_same")
 
     def _store_common(self, v: Variant, data_step: int) -> str:
         """Entry marker, handle patch and the entry update; returns the update's name."""

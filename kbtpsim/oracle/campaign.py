@@ -52,7 +52,7 @@ MIXES: dict[str, dict[str, int]] = {
     "default": {"alloc": 14, "store": 12, "load": 14, "xload": 10, "free": 10,
                 "alloc_bound": 2, "store_sealed": 3, "stale": 4, "oversize": 2,
                 "foreign": 2, "range": 2, "double_free": 3, "small_load": 2, "bind": 1,
-                "malformed": 2, "reconnect": 1},
+                "malformed": 2, "reconnect": 1, "xrace": 8},
     "valid": {"alloc": 20, "store": 18, "load": 20, "xload": 14, "free": 14},
     "invalid": {"alloc": 8, "store": 4, "load": 4, "xload": 4, "free": 6,
                 "alloc_bound": 6, "store_sealed": 8, "stale": 10, "oversize": 6,
@@ -60,6 +60,9 @@ MIXES: dict[str, dict[str, int]] = {
                 "malformed": 6, "reconnect": 3, "status": 4, "nosession": 3},
     "churn": {"alloc": 30, "free": 26, "load": 8, "xload": 6, "store": 6, "stale": 2},
     "fill": {"alloc": 40, "free": 12, "load": 4, "xload": 4},
+    # cross-connection races: LOADs of other initiators' private handles while their
+    # owners free, re-allocate and store them (decision O3); partial and whole blocks
+    "race": {"alloc": 20, "free": 18, "store": 8, "xrace": 24, "load": 4},
 }
 
 
@@ -252,6 +255,11 @@ class _Actor:
         if kind == "xload":
             other = rng.choice([a for a in self.run.actors if a is not self])
             h = rng.choice(other.published)
+            return (yield ini.load(h, invalidate=inv))
+        if kind == "xrace":  # another initiator's private handle, bound or not (O3)
+            other = rng.choice([a for a in self.run.actors if a is not self])
+            hs = sorted(other.bound) or other.private
+            h = rng.choice(hs if rng.random() < 0.8 else other.private)
             return (yield ini.load(h, invalidate=inv))
         if kind == "small_load":
             h = self.pick_bound(private=False) or self.published[0]

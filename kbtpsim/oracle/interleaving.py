@@ -139,14 +139,17 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1) -> list
 
 
 def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
-                         delay_ns: float = 100_000.0) -> list[Divergence]:
+                         delay_ns: float = 100_000.0,
+                         observe: dict[str, Any] | None = None) -> list[Divergence]:
     """Decision O3 made concrete: a pool of one block. A stores a sealed block at handle
     h1; B's LOAD of h1 runs in its chain, which reads the entry and is then delayed before
     its data Write (fault ``DelayChain``); meanwhile A frees h1 (the block returns to the
     ring) and stores other data at h2, which obtains the same block. B's chain then sends
     the block's new contents with the old entry's Generation. The software target, whose
     LOAD reads the entry and the block at once, delivers the old contents (the LOAD is
-    linearised at the chain's entry Read)."""
+    linearised at the chain's entry Read). Since the chain re-reads the entry after its
+    data Write (seqlock, decision O3) it sees the changed Generation and hands the LOAD
+    to the CPU. ``observe`` gets B's LOAD result (``"load"``) and the server (``"server"``)."""
     faults = Faults(delay=DelayChain("B", "load", "load_write", delay_ns))
     spec = Spec(seed=seed, profile=profile, ops=0, faults=faults)
     bs = 512
@@ -168,7 +171,11 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
         yield env.timeout(30_000_000)  # B's chain has read the entry, waits at its Write
         note(a, (yield a.free(X_HANDLE)))
         note(a, (yield a.alloc_store(X_HANDLE + 1, b"2" * bs, seal=True)))
-        note(b, (yield load))
+        res = yield load
+        note(b, res)
+        if observe is not None:
+            observe["load"] = res
+            observe["server"] = server
 
     done = env.process(scenario())
     out: list[Divergence] = []

@@ -106,10 +106,20 @@ def swap_length_offset(chain: Chain) -> None:
 
 
 def complete_early(chain: Chain) -> None:
-    """LOAD: the COMPLETION Send is posted before the data Write on the connection QP."""
+    """LOAD: the COMPLETION Send is posted before the data Write on the connection QP (in
+    the Write's step, under the Write's condition: before the entry's re-read)."""
     part = [w for w in chain.wrs() if w.part == "load" and w.role is Role.CONN]
     write = _need([w for w in part if w.opcode is Opcode.RDMA_WRITE], "LOAD data Write")[0]
-    _need([w for w in part if w.opcode is Opcode.SEND], "LOAD Send")
+    send = _need([w for w in part if w.opcode is Opcode.SEND], "LOAD Send")[0]
+    if send.step != write.step:  # move the Send into the Write's step (seqlock chains);
+        # the ENABLE of its old step still names it: it then enables nothing new
+        send.step, send.cond = write.step, write.cond
+        rest = [w for w in chain.wrs() if w.step == send.step and w.role is Role.CONN
+                and w.name != send.name]
+        _move_last(chain, send.name)
+        for w in rest:  # keep the step's other WRs after the Send
+            _move_last(chain, w.name)
+
     def last() -> str:
         return [w for w in chain.wrs() if w.step == write.step and w.role is Role.CONN][-1].name
 
@@ -129,6 +139,20 @@ def complete_early(chain: Chain) -> None:
         c = w.fields.get("count")
         if w.opcode is Opcode.ENABLE and isinstance(c, Addr) and c.ref == f"wr:{old_last}":
             w.fields["count"] = Addr(f"wr:{new_last}", c.offset)
+
+
+def _move_last(chain: Chain, name: str) -> None:
+    """Re-insert WR ``name`` (queue order within a step is insertion order)."""
+    g = chain.graph
+    attrs = dict(g.nodes[name])
+    ins = [(a, d) for a, _, d in g.in_edges(name, data=True)]
+    outs = [(b, d) for _, b, d in g.out_edges(name, data=True)]
+    g.remove_node(name)
+    g.add_node(name, **attrs)
+    for a, d in ins:
+        g.add_edge(a, name, **d)
+    for b, d in outs:
+        g.add_edge(name, b, **d)
 
 
 def skip_consume(chain: Chain) -> None:

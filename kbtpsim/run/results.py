@@ -15,6 +15,9 @@ from typing import Any
 RESULTS = "results.json"
 TIMESERIES = "timeseries.csv"
 RUN_INFO = "run.json"
+#: an offloaded run whose NIC serves less than this share of the requests that have
+#: chains (LOAD, STORE, ALLOC_STORE) says so in its summary
+OFFLOAD_WARN_SHARE = 0.5
 
 
 def dumps(results: dict[str, Any]) -> str:
@@ -111,6 +114,14 @@ def summary_table(results: dict[str, Any]) -> str:
                          f"included); CPU re-posting "
                          f"{refill.get('per_op_ns', 0) / 1000:.2f}us per chain "
                          f"({refill.get('ops', 0):.0f} chains)")
+            fast = [c for op, c in served.items() if op in ("LOAD", "STORE", "ALLOC_STORE")]
+            total = sum(c["nic"] + c["cpu"] for c in fast)
+            nic_n = sum(c["nic"] for c in fast)
+            if total and nic_n < OFFLOAD_WARN_SHARE * total:
+                lines.append(f"{who}: warning: the NIC served only {nic_n} of {total} LOAD, "
+                             "STORE and ALLOC_STORE requests (the chains serve whole blocks "
+                             "only; `kbtpsim chains explain OP --nic PROFILE` says what a "
+                             "profile offloads)")
     bad = {st: n for v in results["statuses"].values() for st, n in
            ((s, d["count"]) for s, d in v.items()) if st != "OK"}
     if bad:

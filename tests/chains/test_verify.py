@@ -203,7 +203,7 @@ def test_invalidate_patches_are_checked_like_the_others() -> None:
     ch = build_chain(True, "little", variants=("load",))
     assert verify(ch, IDEAL) == []
     assert ch.wr("c_inv_load").cond is not None  # only with INVALIDATE
-    ch.graph.remove_edge("enable_conn_4", "load_send")
+    ch.graph.remove_edge(f"enable_conn_{ch.wr('load_send').step}", "load_send")
     got = rules(verify(ch, IDEAL))
     assert {("load_send", "imm", "held-back"), ("load_send", "opcode", "held-back")} <= got
     # a big-endian STag (no ADDR_LE) into a little-endian WQE's key field

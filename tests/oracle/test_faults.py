@@ -14,6 +14,7 @@ from kbtpsim.oracle.interleaving import (
     run_interleaving,
     run_load_during_free,
 )
+from kbtpsim.wire import Status
 
 
 def test_draft_interleaving_example_on_the_nic() -> None:
@@ -66,11 +67,16 @@ def test_rdmap_placement_at_the_target_breaks_the_chains() -> None:
     assert res.ok, [d.as_dict() for d in res.divergences[:3]]
 
 
-@pytest.mark.xfail(strict=True, reason="found by the oracle (docs/decisions.md, O3): a "
-                   "chain's LOAD reads the entry and the block at different times; a FREE "
-                   "and a re-allocation of the block in between deliver another handle's "
-                   "data under the old Generation")
-@pytest.mark.parametrize("profile", ["ideal", "ideal-be"])
+@pytest.mark.parametrize("profile", ["ideal", "ideal-be", "cx5+strided"])
 def test_chain_load_racing_a_free_and_reallocation(profile: str) -> None:
-    divs = run_load_during_free(profile)
+    """O3 (fixed): a chain's LOAD reads the entry and the block at different times; a FREE
+    and a re-allocation of the block in between once delivered another handle's data
+    under the old Generation. The chain re-reads the entry after its data Write and hands
+    the LOAD to the CPU when Flags or Generation changed (seqlock)."""
+    seen: dict[str, object] = {}
+    divs = run_load_during_free(profile, observe=seen)
     assert divs == [], [d.as_dict() for d in divs[:3]]
+    res = seen["load"]
+    assert res.completion.status != Status.OK  # type: ignore[attr-defined]
+    served = seen["server"].served["LOAD"]  # type: ignore[attr-defined]
+    assert served["cpu"] >= 1, served  # handed over by the re-check

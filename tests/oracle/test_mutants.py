@@ -15,7 +15,7 @@ KINDS = {
     "swap-length-offset": {"completion"},
     "complete-early": {"load-data", "connection"},
     "skip-consume": {"state", "invariant"},
-    "skip-generation": {"completion"},
+    "skip-generation": {"completion", "connection"},  # Status too: raw LOADs via STag 0
     "skip-sealed": {"completion"},
     "skip-length": {"completion", "connection"},
     "skip-quota": {"completion"},

@@ -321,8 +321,9 @@ def test_workload_invalidate_sets_the_flag(invalidate: bool) -> None:
 
 def test_repost_wqe_sets_the_refill_cost() -> None:
     """``target.cpu.repost_wqe``: the CPU's cost per re-posted WQE (default the profile's
-    ``cpu_post_ns``, 60 ns); a refill of a credit is that times its ~155 WQEs (chain and
-    CPU slots on ideal-be) plus its share of one doorbell (100 ns) per batch."""
+    ``cpu_post_ns``, 60 ns); a refill of a credit is that times its ~171 WQEs (chain and
+    CPU slots on ideal-be, with the LOAD's entry re-read and the ALLOC_STORE's
+    consumed-slot markers) plus its share of one doorbell (100 ns) per batch."""
     per_refill = {}
     for cost in (None, "10ns"):
         data = json.loads(json.dumps(OFFLOAD))
@@ -331,5 +332,5 @@ def test_repost_wqe_sets_the_refill_cost() -> None:
             data["target"]["cpu"] = {"repost_wqe": cost}
         res = run_scenario(scenario_from_dict(data)).results
         per_refill[cost] = res["targets"]["target"]["cpu"]["per_op"]["REFILL"]["per_op_ns"]
-    assert 1000 < per_refill["10ns"] < 1700, per_refill
-    assert 8000 < per_refill[None] < 9500, per_refill
+    assert 1000 < per_refill["10ns"] < 1900, per_refill
+    assert 8000 < per_refill[None] < 10500, per_refill
