@@ -46,25 +46,13 @@ class RingView:
         self.name: str = r["name"]
         self.n_slots: int = r["n"]
 
-    @property
-    def head(self) -> int:
-        return int(self.r["head"])
-
-    @property
-    def tail(self) -> int:
-        return int(self.r["tail"])
-
-    @property
-    def head_ticket(self) -> int:
-        return self.head >> 32
-
-    @property
-    def tail_ticket(self) -> int:
-        return self.tail >> 32
+    head = property(lambda self: int(self.r["head"]))
+    tail = property(lambda self: int(self.r["tail"]))
+    head_ticket = property(lambda self: self.head >> 32)
+    tail_ticket = property(lambda self: self.tail >> 32)
 
     def slot(self, slot_offset: int) -> RingSlot:
-        seq, bo = R.slot(self.r, slot_offset // 16)
-        return RingSlot(seq, bo)
+        return RingSlot(*R.slot(self.r, slot_offset // 16))
 
     def deferred_blocks(self) -> list[int]:
         return R.deferred_blocks(self.r)
@@ -98,18 +86,9 @@ class _Direct:
     def __init__(self, d: dict[str, Any], ring: RingView) -> None:
         self.d, self.ring = d, ring
 
-    @property
-    def outstanding(self) -> dict[int, int]:
-        return dict(self.d["outstanding"])
-
-    @property
-    def abandoned(self) -> set[int]:
-        return set(self.d["abandoned"])
-
-    @property
-    def partition_stag(self) -> int | None:
-        stag: int | None = self.d["pstag"]
-        return stag
+    outstanding = property(lambda self: dict(self.d["outstanding"]))
+    abandoned = property(lambda self: set(self.d["abandoned"]))
+    partition_stag = property(lambda self: self.d["pstag"])
 
 
 class _Session:
@@ -142,10 +121,7 @@ class _Conn:
 
 class _Counters:
     def __init__(self, m: RefModel) -> None:
-        self.m = m
-
-    def snapshot(self) -> dict[tuple[str, str], int]:
-        return dict(self.m.counts)
+        self.snapshot = lambda: dict(m.counts)
 
 
 class ModelTarget:

@@ -99,3 +99,12 @@ def test_failed_requests_have_no_other_effect() -> None:
     ):
         assert _done(m.handle(0, encode(msg), 0)).status is status
     assert before == (dict(m.table), dict(m.pool), [dict(r) for r in m.rings])
+
+
+def test_generation_skips_zero_like_target() -> None:
+    """draft, "Block Unmapped Store" 4: incremented by one, skipping zero; all 2^16 values."""
+    from kbtpsim.refmodel.model import next_generation
+    from kbtpsim.target import next_generation as target_next
+
+    assert next_generation(0xFFFF) == 1 and next_generation(1) == 2
+    assert all(next_generation(g) == target_next(g) for g in range(1, 1 << 16))
