@@ -94,6 +94,7 @@ class _Credit:
     ticket_taken: bool = False
     ticket_time: int | None = None  #: CQE time of the FetchAdd on Head
     last_time: int | None = None  #: latest CQE time of the credit's chain
+    early: bool = False  #: the CPU took the request before its chain ended (take_early)
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
     entry_write_time: int | None = None  #: CQE time of a STORE's table-entry Write
 
@@ -154,6 +155,8 @@ class ChainServer:
         self._cpu_slot_index: dict[int, int] = {}  #: credit -> index of its first slot
         self._cpu_slot_used: dict[int, int] = {}  #: credit -> slots written so far
         self._cpu_cqes: list[Cqe] = []
+        #: credits taken by the CPU before their chain ended (take_early), still running
+        self._early: set[int] = set()
         #: statuses of failed chain or CPU work requests (the connection QP is broken)
         self.errors: list[str] = []
         self.chain_cq = nic.create_cq(1 << 16)
@@ -522,6 +525,10 @@ class ChainServer:
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
                 cr.entry_write_time = c.time
+        for n in [n for n in self._early if self.live[n].seen >= self.signaled]:
+            self._early.discard(n)  # its chain has run out: the slot can be re-posted
+            del self.live[n]
+            self.free_slots.append(n % self.credits)
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
@@ -540,6 +547,26 @@ class ChainServer:
             self.free_slots.append(cr.number % self.credits)
             self.finished += 1
         return out
+
+    def arrived(self) -> tuple[int, bytes] | None:
+        """The next credit to finish, if its request has arrived (receive CQE polled)
+        and its chain has not ended yet: (credit, request octets)."""
+        cr = self.live.get(self.finished)
+        if cr is None or cr.recv_len is None or cr.early:
+            return None
+        return cr.number, self.request_bytes(cr)
+
+    def take_early(self, credit: int, now: int) -> Finished:
+        """The CPU takes ``credit``'s request before its chain ends (no variant can serve
+        it: :func:`kbtpsim.chains.dispatch.static_miss`). It is reported now, as a
+        credit the CPU must serve; its chain runs on (every test fails, nothing outside
+        its scratch memory is written) and its slot is re-posted once it has ended."""
+        cr = self.live[credit]
+        assert credit == self.finished and not cr.early, credit
+        cr.early = True
+        self._early.add(credit)
+        self.finished += 1
+        return Finished(cr.number, None, self.request_bytes(cr), now)
 
     def _effect_time(self, cr: _Credit) -> int | None:
         """When the credit's request took effect in the NIC (``Finished.nic_time``): an

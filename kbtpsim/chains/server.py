@@ -40,6 +40,7 @@ import simpy
 
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.cpu_ticket import NicTicketTaker
+from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
@@ -167,6 +168,11 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self._tickets: NicTicketTaker | None = None
         #: requests per KBTP operation: {"LOAD": {"nic": n, "cpu": m}, ...}
         self.served: dict[str, dict[str, int]] = {}
+        #: CPU-served LOAD/STORE/ALLOC_STORE per operation and reason (kbtpsim.chains.
+        #: dispatch): {"LOAD": {"partial block ...": n, ...}, ...}
+        self.fallback_reasons: dict[str, dict[str, int]] = {}
+        #: requests the CPU took as soon as they arrived, before their chain ended
+        self.before_chain = 0
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
         self.log_tickets: dict[int, int] = {}
         super().__init__(sim, config, profile=prof, **kw)
@@ -335,6 +341,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
         assert conn is not None
         while conn.up:
             finished = cs.poll(int(env.now))
+            if not finished and not cc.held and cc.holding is None and not cs.software:
+                finished = self._take_early(cc)
             for cqe in cs.take_cpu_cqes():  # the CPU's own WRs: base bookkeeping
                 self._dispatch(cqe)
             if cs.errors:
@@ -356,6 +364,33 @@ class OffloadedTargetServer(SoftwareTargetServer):
             if len(cs.chain_cq) or len(cs.recv_cq):
                 events.append(env.timeout(max(1, cpu.poll_ps)))
             yield env.any_of(events)
+
+    def _take_early(self, cc: _ChainConn) -> list[Finished]:
+        """The next request, if it has arrived and no chain variant can serve it (judged
+        from its octets: :func:`~kbtpsim.chains.dispatch.static_miss`), taken by the CPU
+        now rather than when its chain has run to its end. Only with no credit held: the
+        CPU's work requests go into this credit's slots, after every earlier one's."""
+        got = cc.chains.arrived()
+        if got is None:
+            return []
+        credit, request = got
+        if static_miss(request, cc.plan.offloaded, self.config.block_size,
+                       self.config.addr_le) is None:
+            return []
+        self.before_chain += 1
+        return [cc.chains.take_early(credit, int(self.env.now))]
+
+    def _count_reason(self, cc: _ChainConn, f: Finished, op: str) -> None:
+        """Why the CPU serves a LOAD, STORE or ALLOC_STORE (results.json
+        ``fallbacks.reasons``)."""
+        if op not in ("LOAD", "STORE", "ALLOC_STORE"):
+            return
+        reason = static_miss(f.request, cc.plan.offloaded, self.config.block_size,
+                             self.config.addr_le)
+        if reason is None:
+            reason = SLOT_NOT_READY if f.ticket is not None else CHAIN_TESTS
+        by_op = self.fallback_reasons.setdefault(op, {})
+        by_op[reason] = by_op.get(reason, 0) + 1
 
     def _pass(self, cc: _ChainConn, finished: list[Finished]) -> Gen:
         cpu, conn = self.cpu, cc.conn
@@ -438,6 +473,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
         cc.holding = f.credit
         op = op_name(f.request)
         self._count(op, "cpu")
+        self._count_reason(cc, f, op)
         cpu.count(op)
         yield from cpu.spend(op, cpu.poll_ps + cpu.costs.op_ps(op))
         now = int(self.env.now)

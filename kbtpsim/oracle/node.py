@@ -135,7 +135,16 @@ class ObservedServer(OffloadedTargetServer):
                 self._finished(conn_id, cs, live[f.credit].index, f)
             return out
 
+        take_early = cs.take_early
+
+        def observed_take_early(credit: int, now: int) -> Finished:
+            index = cs.live[credit].index
+            f = take_early(credit, now)
+            self._finished(conn_id, cs, index, f)
+            return f
+
         cs.poll = observed_poll  # type: ignore[method-assign]
+        cs.take_early = observed_take_early  # type: ignore[method-assign]
         return conn
 
     def _finished(self, conn_id: int, cs: ChainServer, index: dict[str, tuple[QueuePair, int]],

@@ -203,6 +203,12 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
                               if op in ("LOAD", "STORE", "ALLOC_STORE")),
                           "served": None if served is None else {
                               op: dict(c) for op, c in sorted(served.items())},
+                          # why the CPU served them; how many it took before their
+                          # chain ended (kbtpsim.chains.dispatch)
+                          "reasons": None if served is None else {
+                              op: dict(sorted(r.items())) for op, r in
+                              sorted(server.fallback_reasons.items())},
+                          "before_chain": getattr(server, "before_chain", None),
                           "direct_load_to_load": sum(
                               n for ini, n in rec.direct_fallbacks.items()
                               if system.expanded[ini].target == name)},

@@ -167,7 +167,9 @@ RESULTS_KEYS: list[tuple[str, str]] = [
      "`ingress`)"),
     ("`targets.<name>.fallbacks`", "`offload_to_software` (null in software mode; "
      "offload: requests the CPU served), `served` (offload: per operation, `nic` and "
-     "`cpu` counts), `direct_load_to_load`"),
+     "`cpu` counts), `reasons` (offload: per operation, why the CPU served them), "
+     "`before_chain` (offload: requests the CPU took as soon as they arrived, no chain "
+     "variant being able to serve them), `direct_load_to_load`"),
     ("`targets.<name>.rings[]`", "`name`, `slots` (N), `blocks` (F), `in_use_end`, "
      "`in_use_mean`, `in_use_peak`, tickets, deferred frees"),
     ("`targets.<name>.quotas[]`", "`initiator`, `quota`, `usage_end`, `usage_peak` "

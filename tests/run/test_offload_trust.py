@@ -134,3 +134,61 @@ def test_the_cpus_mmio_writes_on_the_chains_are_charged() -> None:
     chain_ns = server.cpu.busy_ns("CHAIN")
     polls = server.cpu.ops("CHAIN") * server.cpu.poll_ps / 1000
     assert chain_ns >= polls + writes * server.cpu.doorbell_ps / 1000 - 1e-6
+
+
+def test_requests_no_chain_can_serve_go_to_the_cpu_before_their_chain_runs() -> None:
+    """Partial blocks: every variant's length test fails, so the CPU takes the request
+    as soon as it arrives (fallbacks.before_chain) instead of after the whole chain, and
+    results.json says why (fallbacks.reasons). LOADs of partial blocks are decided by
+    the entry the chain reads: they go after it, with that reason."""
+    data = head_race(400, 1, ops=120)
+    for ini in data["initiators"]:  # type: ignore[union-attr]
+        ini["workload"]["length"] = {"value": 1000}
+        ini["workload"]["mix"] = {"alloc_store": 2, "load": 2, "free": 1}
+    out = run_scenario(scenario_from_dict(data), oracle=True)
+    assert out.divergences == [], [str(d) for d in out.divergences]
+    fb = out.results["targets"]["target"]["fallbacks"]
+    assert fb["served"]["ALLOC_STORE"]["nic"] == 0
+    assert fb["reasons"]["ALLOC_STORE"] == {
+        "partial block (the chains serve whole blocks)": fb["served"]["ALLOC_STORE"]["cpu"]}
+    assert set(fb["reasons"]["LOAD"]) == {
+        "after the chain ran: handle, entry, quota or session tests"}
+    # every partial ALLOC_STORE and every FREE (no chain) was taken before its chain ran
+    assert fb["before_chain"] >= fb["served"]["ALLOC_STORE"]["cpu"] + \
+        fb["served"]["FREE"]["cpu"] - 8  # but those behind a held credit
+
+
+def test_static_miss_names_only_what_every_variant_fails() -> None:
+    from kbtpsim.chains.dispatch import (
+        GENERATION,
+        NOT_OFFLOADED,
+        OTHER_FLAGS,
+        PARTIAL_BLOCK,
+        static_miss,
+    )
+    from kbtpsim.wire import (
+        CompletionDescriptor,
+        DataDescriptor,
+        Free,
+        Load,
+        RequestFlag,
+        Store,
+        encode,
+    )
+
+    bs, all_v = 4096, ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")
+    dd = DataDescriptor(1, 0, bs)
+    full = encode(Load(request_id=1, handle=5, data_descriptor=dd), False)
+    assert static_miss(full, all_v, bs, False) is None  # the chain decides
+    assert static_miss(full, ("store_read",), bs, False) == NOT_OFFLOADED
+    part = encode(Load(request_id=1, handle=5, data_descriptor=DataDescriptor(1, 0, 100)),
+                  False)
+    assert static_miss(part, all_v, bs, False) == PARTIAL_BLOCK
+    stale = encode(Load(request_id=1, handle=5, generation=3, data_descriptor=dd), False)
+    assert static_miss(stale, all_v, bs, False) == GENERATION
+    rec = encode(Store(request_id=1, handle=5, flags=RequestFlag.RECORD,
+                       data_descriptor=dd, completion_descriptor=CompletionDescriptor(2, 0)),
+                 False)
+    assert static_miss(rec, all_v, bs, False) == OTHER_FLAGS
+    assert static_miss(encode(Free(request_id=1, handle=5), False), all_v, bs,
+                       False) == NOT_OFFLOADED

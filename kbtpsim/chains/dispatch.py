@@ -1,0 +1,64 @@
+"""Which requests no chain can serve, judged from their octets alone.
+
+A chain's first markers test what the request says about itself: the opcode, the Flags,
+Generation and Status, and the length (the descriptor's Length, or the receive's byte
+count for inline data, must be the Block Size: the fast paths serve whole blocks,
+docs/chains.md). A request that fails one of these for every variant a connection
+offloads cannot be served by its chain whatever the table and the ring hold, so the
+target CPU may take it as soon as its receive completes, instead of waiting for the
+chain to run to its end (:meth:`kbtpsim.chains.post.ChainServer.take_early`).
+
+:func:`static_miss` is deliberately conservative: it names a reason only where every
+offloaded variant's markers must fail. Everything that depends on target state (the
+handle's range, the entry, the quota, the session, the ring slot) is left to the chain.
+"""
+
+from __future__ import annotations
+
+from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.errors import DecodeError
+from kbtpsim.wire import AllocStore, Load, Store, decode
+
+#: reasons a request went to the CPU before its chain ran
+PARTIAL_BLOCK = "partial block (the chains serve whole blocks)"
+NOT_OFFLOADED = "no chain for this operation and source on the profile"
+OTHER_FLAGS = "flags outside the fast paths (e.g. RECORD, INVALIDATE with INLINE)"
+GENERATION = "non-zero Generation"
+STATUS = "non-zero Status"
+MALFORMED = "malformed request"
+#: reasons a request went to the CPU after its chain ran
+CHAIN_TESTS = "after the chain ran: handle, entry, quota or session tests"
+SLOT_NOT_READY = "after the chain ran: slot not ready (handed over with its Ticket)"
+
+
+def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
+                addr_le: bool) -> str | None:
+    """Why no variant in ``offloaded`` can serve ``request`` (one of the reasons above),
+    or None when one may (the chain decides)."""
+    if not offloaded:
+        return NOT_OFFLOADED
+    try:
+        msg = decode(request, addr_le)
+    except DecodeError:
+        return MALFORMED
+    if not isinstance(msg, Load | Store | AllocStore):
+        return NOT_OFFLOADED
+    inline = getattr(msg, "inline_data", None) is not None
+    cands = [VARIANTS[v] for v in offloaded if VARIANTS[v].opcode == msg.OPCODE
+             and VARIANTS[v].inline == inline]
+    if not cands:
+        return NOT_OFFLOADED
+    length = len(msg.inline_data) if inline else msg.data_descriptor.length  # type: ignore[union-attr]
+    if length != block_size:
+        return PARTIAL_BLOCK
+    if not any(msg.flags & ~v.flags_free == v.flags for v in cands):
+        return OTHER_FLAGS
+    if msg.status:
+        return STATUS
+    if msg.generation:  # the fast paths take Generation 0 only (docs/chains.md)
+        return GENERATION
+    return None
+
+
+__all__ = ["CHAIN_TESTS", "GENERATION", "MALFORMED", "NOT_OFFLOADED", "OTHER_FLAGS",
+           "PARTIAL_BLOCK", "SLOT_NOT_READY", "STATUS", "static_miss"]
