@@ -69,3 +69,11 @@ def output_file_problem(out: str | Path, suffixes: Sequence[str] = (),
     if probe != out.parent and not create_dirs:
         return f"directory {out.parent} does not exist"
     return _unwritable(probe)
+
+
+def figure_types() -> tuple[str, ...]:
+    """The file suffixes a matplotlib figure can be written as (``.png``, ``.pdf``,
+    ``.svg``, ...): what ``plot -o`` and ``chains draw -o`` accept."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return tuple(f".{ext}" for ext in FigureCanvasAgg.get_supported_filetypes())

@@ -10,6 +10,7 @@ User errors print ``kbtpsim: error: ...`` on stderr and return 2.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from kbtpsim.chains.compiler import OPERATIONS, VARIANTS
@@ -17,7 +18,7 @@ from kbtpsim.chains.plan import decide, decide_op
 from kbtpsim.chains.render import draw, explain, show
 from kbtpsim.chains.replay import replay_chain_main
 from kbtpsim.nic.profiles import PROFILES, get_profile
-from kbtpsim.usage import EXIT_USAGE
+from kbtpsim.usage import EXIT_USAGE, figure_types, output_file_problem
 from kbtpsim.usage import fail as _fail
 
 __all__ = ["add_chains_parser", "replay_chain_main"]
@@ -69,6 +70,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_draw(args: argparse.Namespace) -> int:
+    out = Path(args.output)
+    if not out.suffix:
+        out = out.with_suffix(".png")  # what matplotlib writes: say so
+    bad = output_file_problem(out, figure_types())  # as plot -o: before any work
+    if bad:
+        return _fail(f"-o {out}: {bad}")
     got = _args(args)
     if isinstance(got, str):
         return _fail(got)
@@ -77,10 +84,10 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
     try:
-        draw(d.chain, args.output, title)
+        draw(d.chain, str(out), title)
     except OSError as exc:
-        return _fail(f"cannot write {args.output}: {exc.strerror}")
-    print(args.output)
+        return _fail(f"cannot write {out}: {exc.strerror}")
+    print(out)
     return 0
 
 
@@ -112,10 +119,11 @@ def add_chains_parser(subparsers: Any) -> None:
     q.add_argument("--inline", action=argparse.BooleanOptionalAction, default=True,
                    help="STORE/ALLOC_STORE with inline data (default) or an RDMA Read source")
     q.set_defaults(func=_cmd_show)
-    q = sub.add_parser("draw", help="draw the chain graph to a PNG")
+    q = sub.add_parser("draw", help="draw the chain graph (PNG, SVG, PDF, ...)")
     common(q)
     q.add_argument("--inline", action=argparse.BooleanOptionalAction, default=True)
-    q.add_argument("-o", "--output", required=True, metavar="FILE.png")
+    q.add_argument("-o", "--output", required=True, metavar="FILE.png",
+                   help="the figure (by its extension: .png, .svg, .pdf, ...; none: .png)")
     q.set_defaults(func=_cmd_draw)
     q = sub.add_parser("explain", help="which validations run in the chain, which on the CPU")
     common(q)

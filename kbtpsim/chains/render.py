@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from kbtpsim.chains.compiler import VARIANTS
@@ -191,11 +192,22 @@ _STYLES: dict[EdgeKind, tuple[str, Literal["solid", "dotted", "dashed"]]] = {
     EdgeKind.QP_ORDER: ("0.6", "dotted"), EdgeKind.FENCE: ("tab:purple", "dashed")}
 
 
+#: savefig metadata that would stamp the file with the date or matplotlib's version
+_NO_STAMP: dict[str, dict[str, None]] = {
+    ".png": {"Software": None},
+    ".svg": {"Date": None, "Creator": None},
+    ".pdf": {"CreationDate": None, "Creator": None, "Producer": None},
+}
+
+
 def draw(chain: Chain, path: str, title: str) -> None:
-    """Draw the chain (steps left to right, one row band per queue) to a PNG."""
+    """Draw the chain (steps left to right, one row band per queue) to ``path`` (PNG, or
+    the type its extension names). The file depends only on the chain and the title: no
+    date, no matplotlib version, fixed SVG ids (``--docs`` regenerates byte-identically)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "kbtpsim"
     import matplotlib.pyplot as plt
     import networkx as nx
 
@@ -232,5 +244,5 @@ def draw(chain: Chain, path: str, title: str) -> None:
     ax.set_title(title)
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, metadata=_NO_STAMP.get(Path(path).suffix.lower(), {}))
     plt.close(fig)

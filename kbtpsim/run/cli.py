@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kbtpsim.usage import fail as _fail
-from kbtpsim.usage import output_dir_problem, output_file_problem
+from kbtpsim.usage import figure_types, output_dir_problem, output_file_problem
 
 EXIT_DIVERGED = 1
 
@@ -129,7 +129,7 @@ def _values(pt: Any) -> str:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from kbtpsim.run.plot import PlotError, figure_types, plot
+    from kbtpsim.run.plot import PlotError, plot
 
     out = Path(args.output) if args.output else Path(args.dirs[0]) / "plot.png"
     if not out.suffix:

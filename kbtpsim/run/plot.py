@@ -55,13 +55,6 @@ def _ring_series(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     return series
 
 
-def figure_types() -> tuple[str, ...]:
-    """The file suffixes a figure can be written as (``.png``, ``.pdf``, ``.svg``, ...)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    return tuple(f".{ext}" for ext in FigureCanvasAgg.get_supported_filetypes())
-
-
 def plot(dirs: list[str | Path], out: str | Path) -> list[str]:
     """Write the figure; returns the panel titles drawn."""
     import matplotlib

@@ -61,11 +61,34 @@ def test_draw_writes_a_png(tmp_path, capsys: pytest.CaptureFixture[str]) -> None
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_draw_without_extension_writes_and_prints_png(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "load"
+    assert run(["chains", "draw", "LOAD", "--nic", "ideal", "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"{out}.png\n"
+    assert (tmp_path / "load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("ext", [".png", ".svg"])
+def test_draw_is_byte_identical(tmp_path, ext: str) -> None:  # type: ignore[no-untyped-def]
+    a, b = tmp_path / f"a{ext}", tmp_path / f"b{ext}"
+    for out in (a, b):
+        assert run(["chains", "draw", "ALLOC_STORE", "--nic", "ideal-be", "-o", str(out)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert b"Matplotlib" not in a.read_bytes()  # no version stamp either
+
+
 @pytest.mark.parametrize(("argv", "needle"), [
     (["chains", "show", "FREE", "--nic", "ideal"], "unknown operation 'FREE'"),
     (["chains", "explain", "LOAD", "--nic", "cx9"], "known: cx3-40g-ib, cx5"),
     (["chains", "draw", "LOAD", "--nic", "ideal", "-o", "/nonexistent/dir/x.png"],
-     "cannot write"),
+     "-o /nonexistent/dir/x.png: directory /nonexistent/dir does not exist"),
+    (["chains", "draw", "LOAD", "--nic", "ideal", "-o", "chain.txt"],
+     "-o chain.txt: unsupported file type ('.txt'; use "),
+    # the output is checked first, before the profile or the chain
+    (["chains", "draw", "LOAD", "--nic", "cx9", "-o", "/nonexistent/x.png"],
+     "directory /nonexistent does not exist"),
 ])
 def test_user_errors_are_one_line(argv: list[str], needle: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
