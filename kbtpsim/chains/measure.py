@@ -108,25 +108,44 @@ def table(samples: list[Sample]) -> str:
     return "\n".join(rows)
 
 
+#: the chains docs/chains/ lists and draws: (variant, profile, ADDR_LE)
+ASSETS: tuple[tuple[str, str, bool], ...] = (
+    *((v, "ideal", True) for v in
+      ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")),
+    *((v, "ideal-be", False) for v in ("load", "alloc_inline", "alloc_read")),
+    ("load", "cx5", False),
+    *((v, "cx5+strided", False) for v in ("load", "alloc_inline")),
+)
+
+
+def _stem(variant: str, prof: str, le: bool) -> str:
+    return f"{variant}-{prof}{'-addr-le' if le else ''}"
+
+
+def listings() -> dict[str, str]:
+    """``docs/chains/<stem>.txt`` by file name: what ``kbtpsim chains show`` prints for
+    each chain of :data:`ASSETS`."""
+    from kbtpsim.chains.plan import decide
+    from kbtpsim.chains.render import show
+
+    return {f"{_stem(v, p, le)}.txt": show(decide(v, profile_named(p), le)) + "\n"
+            for v, p, le in ASSETS}
+
+
 def write_assets(root: Path) -> None:
     """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (ALLOC_STORE
     rejected), LOAD and ALLOC_STORE on ideal-be (offloaded) and LOAD on cx5 (rejected),
-    drawn and listed."""
+    drawn and listed. Deterministic: on an unchanged tree it rewrites the same octets."""
     from kbtpsim.chains.plan import decide
-    from kbtpsim.chains.render import draw, show
+    from kbtpsim.chains.render import draw
 
     out = root / "chains"
     out.mkdir(parents=True, exist_ok=True)
-    cases = [(v, "ideal", True) for v in
-             ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")]
-    cases += [(v, "ideal-be", False) for v in ("load", "alloc_inline", "alloc_read")]
-    cases.append(("load", "cx5", False))
-    cases += [(v, "cx5+strided", False) for v in ("load", "alloc_inline")]
-    for variant, prof, le in cases:
+    for name, text in listings().items():
+        (out / name).write_text(text)
+    for variant, prof, le in ASSETS:
         d = decide(variant, profile_named(prof), le)
-        stem = f"{variant}-{prof}{'-addr-le' if le else ''}"
-        (out / f"{stem}.txt").write_text(show(d) + "\n")
-        draw(d.chain, str(out / f"{stem}.png"),
+        draw(d.chain, str(out / f"{_stem(variant, prof, le)}.png"),
              f"{variant} on {prof}, ADDR_LE {'on' if le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
 
