@@ -60,6 +60,24 @@ def _common(q: argparse.ArgumentParser) -> None:
                    "(otherwise the output is identical for identical arguments)")
 
 
+#: target accounts that are not initiators' requests: sessions, re-posting, polling chains
+_NOT_REQUESTS = frozenset({"HELLO", "GOODBYE", "DISCONNECT", "REFILL", "CHAIN"})
+
+
+def _counts(res: Any) -> str:
+    """``N requests (n NIC, c CPU)``: the initiators' completed requests (the setup's
+    stores included, HELLO and GOODBYE not) and how many of those requests the target
+    served with the NIC and with the CPU. The two totals differ only when connections
+    fail (``--faults drop``); then both are given."""
+    rep = res.server.op_report() if res.server is not None else {}
+    nic = int(sum(v["nic"] for k, v in rep.items() if k not in _NOT_REQUESTS))
+    cpu = int(sum(v["cpu"] for k, v in rep.items() if k not in _NOT_REQUESTS))
+    if nic + cpu == res.requests:
+        return f"{res.requests:>4} requests with the setup ({nic} NIC, {cpu} CPU)"
+    return (f"{res.requests:>4} requests with the setup, {nic + cpu} served by the target "
+            f"({nic} NIC, {cpu} CPU)")
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
     from kbtpsim.oracle.faults import parse_faults
@@ -102,7 +120,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                                  "both": [False, True]}[args.addr_le]
     plan = (f"kbtpsim check: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)}) x profiles "
             f"{','.join(profiles)} x ADDR_LE {args.addr_le} x mixes {','.join(mixes)}; "
-            f"{args.ops} requests per campaign in {args.phases} phases"
+            f"{args.ops} requests per campaign after the setup, in {args.phases} phases"
             + (f"; faults {','.join(faults.names)}" if faults.names else "")
             + (f"; mutant {args.mutant}" if args.mutant else "")
             + (f"; reference {args.reference}" if args.reference != "target" else ""))
@@ -133,9 +151,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(json.dumps(row, sort_keys=True), flush=True)
         else:
             print(f"  seed {seed:>3} {profile:<12} ADDR_LE "
-                  f"{'on ' if res.addr_le else 'off'} {mix:<8} "
-                  f"{res.requests:>4} requests ({res.nic_served} NIC, "
-                  f"{res.cpu_served} CPU) {len(res.divergences)} divergences"
+                  f"{'on ' if res.addr_le else 'off'} {mix:<8} {_counts(res)}, "
+                  f"{len(res.divergences)} divergences"
                   + (f" {res.wall_s:6.1f} s" if args.timing else ""),
                   flush=True)
         if res.divergences:

@@ -3,6 +3,9 @@ first divergence readably, one-line user errors."""
 
 from __future__ import annotations
 
+import re
+from types import SimpleNamespace
+
 import pytest
 
 from kbtpsim.cli import main
@@ -15,6 +18,28 @@ def test_check_prints_plan_and_passes(capsys: pytest.CaptureFixture[str]) -> Non
     assert rc == 0
     assert "seeds 3..3 (1) x profiles cx5" in out and "16 requests per campaign" in out
     assert "1 campaigns, 0 diverged" in out
+    # the campaign line's parts add up to its total: one set of requests, setup included
+    got = re.search(r" (\d+) requests with the setup \((\d+) NIC, (\d+) CPU\), "
+                    r"0 divergences$", out, re.M)
+    assert got is not None, out
+    total, nic, cpu = map(int, got.groups())
+    assert total > 16 and nic + cpu == total
+
+
+def test_campaign_line_gives_both_totals_when_they_differ() -> None:
+    from kbtpsim.oracle.cli import _counts
+
+    class Server:
+        def op_report(self) -> dict[str, dict[str, float]]:
+            return {"ALLOC_STORE": {"nic": 21.0, "cpu": 8.0}, "FREE": {"nic": 0.0, "cpu": 3.0},
+                    "HELLO": {"nic": 0.0, "cpu": 6.0}, "LOAD": {"nic": 1.0, "cpu": 4.0},
+                    "REFILL": {"nic": 0.0, "cpu": 43.0}, "CHAIN": {"nic": 0.0, "cpu": 22.0}}
+
+    res = SimpleNamespace(requests=38, server=Server())
+    assert _counts(res) == ("  38 requests with the setup, 37 served by the target "
+                            "(22 NIC, 15 CPU)")
+    res.requests = 37
+    assert _counts(res) == "  37 requests with the setup (22 NIC, 15 CPU)"
 
 
 def test_check_reports_the_first_divergence(capsys: pytest.CaptureFixture[str]) -> None:
