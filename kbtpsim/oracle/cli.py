@@ -60,29 +60,11 @@ def _common(q: argparse.ArgumentParser) -> None:
                    "(otherwise the output is identical for identical arguments)")
 
 
-#: target accounts that are not initiators' requests: sessions, re-posting, polling chains
-_NOT_REQUESTS = frozenset({"HELLO", "GOODBYE", "DISCONNECT", "REFILL", "CHAIN"})
-
-
-def _counts(res: Any) -> str:
-    """``N requests (n NIC, c CPU)``: the initiators' completed requests (the setup's
-    stores included, HELLO and GOODBYE not) and how many of those requests the target
-    served with the NIC and with the CPU. The two totals differ only when connections
-    fail (``--faults drop``); then both are given."""
-    rep = res.server.op_report() if res.server is not None else {}
-    nic = int(sum(v["nic"] for k, v in rep.items() if k not in _NOT_REQUESTS))
-    cpu = int(sum(v["cpu"] for k, v in rep.items() if k not in _NOT_REQUESTS))
-    if nic + cpu == res.requests:
-        return f"{res.requests:>4} requests with the setup ({nic} NIC, {cpu} CPU)"
-    return (f"{res.requests:>4} requests with the setup, {nic + cpu} served by the target "
-            f"({nic} NIC, {cpu} CPU)")
-
-
 def _cmd_check(args: argparse.Namespace) -> int:
     from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
     from kbtpsim.oracle.faults import parse_faults
     from kbtpsim.oracle.mutants import CATALOGUE
-    from kbtpsim.oracle.report import describe
+    from kbtpsim.oracle.report import describe, request_counts
 
     if args.seeds is not None and args.seed is not None:
         return _fail("--seed: give --seed S or --seeds N, not both")
@@ -151,7 +133,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(json.dumps(row, sort_keys=True), flush=True)
         else:
             print(f"  seed {seed:>3} {profile:<12} ADDR_LE "
-                  f"{'on ' if res.addr_le else 'off'} {mix:<8} {_counts(res)}, "
+                  f"{'on ' if res.addr_le else 'off'} {mix:<8} {request_counts(res)}, "
                   f"{len(res.divergences)} divergences"
                   + (f" {res.wall_s:6.1f} s" if args.timing else ""),
                   flush=True)

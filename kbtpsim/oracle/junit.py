@@ -36,7 +36,7 @@ def case_name(spec: Any, addr_le: bool | None) -> str:
 
 def junit_xml(cases: list[Case], properties: dict[str, str] | None = None) -> bytes:
     """The report as UTF-8 XML."""
-    from kbtpsim.oracle.report import describe
+    from kbtpsim.oracle.report import describe, request_counts
 
     failures = sum(1 for c in cases if c.result is not None and c.result.divergences)
     skipped = sum(1 for c in cases if c.result is None)
@@ -72,7 +72,7 @@ def junit_xml(cases: list[Case], properties: dict[str, str] | None = None) -> by
                                  f"({first.kind}): {first.detail}")
             fail.text = text
         out = ET.SubElement(tc, "system-out")
-        out.text = (f"{res.requests} requests ({res.nic_served} NIC, {res.cpu_served} CPU), "
+        out.text = (f"{request_counts(res).strip()}, "
                     f"{res.checkpoints} checkpoints, {len(res.divergences)} divergences")
     ET.indent(root)
     body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)

@@ -15,6 +15,24 @@ if TYPE_CHECKING:
     from kbtpsim.oracle.node import CreditInfo, ObservedServer
 
 
+#: target accounts that are not initiators' requests: sessions, re-posting, polling chains
+_NOT_REQUESTS = frozenset({"HELLO", "GOODBYE", "DISCONNECT", "REFILL", "CHAIN"})
+
+
+def request_counts(res: Result) -> str:
+    """``N requests (n NIC, c CPU)``: the initiators' completed requests (the setup's
+    stores included, HELLO and GOODBYE not) and how many of those requests the target
+    served with the NIC and with the CPU. The two totals differ only when connections
+    fail (``--faults drop``); then both are given."""
+    rep = res.server.op_report() if res.server is not None else {}
+    nic = int(sum(v["nic"] for k, v in rep.items() if k not in _NOT_REQUESTS))
+    cpu = int(sum(v["cpu"] for k, v in rep.items() if k not in _NOT_REQUESTS))
+    if nic + cpu == res.requests:
+        return f"{res.requests:>4} requests with the setup ({nic} NIC, {cpu} CPU)"
+    return (f"{res.requests:>4} requests with the setup, {nic + cpu} served by the target "
+            f"({nic} NIC, {cpu} CPU)")
+
+
 def _request(data: bytes, addr_le: bool) -> str:
     try:
         obj = to_json(decode(data, addr_le))

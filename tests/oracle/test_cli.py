@@ -27,7 +27,7 @@ def test_check_prints_plan_and_passes(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_campaign_line_gives_both_totals_when_they_differ() -> None:
-    from kbtpsim.oracle.cli import _counts
+    from kbtpsim.oracle.report import request_counts
 
     class Server:
         def op_report(self) -> dict[str, dict[str, float]]:
@@ -36,10 +36,10 @@ def test_campaign_line_gives_both_totals_when_they_differ() -> None:
                     "REFILL": {"nic": 0.0, "cpu": 43.0}, "CHAIN": {"nic": 0.0, "cpu": 22.0}}
 
     res = SimpleNamespace(requests=38, server=Server())
-    assert _counts(res) == ("  38 requests with the setup, 37 served by the target "
+    assert request_counts(res) == ("  38 requests with the setup, 37 served by the target "
                             "(22 NIC, 15 CPU)")
     res.requests = 37
-    assert _counts(res) == "  37 requests with the setup (22 NIC, 15 CPU)"
+    assert request_counts(res) == "  37 requests with the setup (22 NIC, 15 CPU)"
 
 
 def test_check_reports_the_first_divergence(capsys: pytest.CaptureFixture[str]) -> None:

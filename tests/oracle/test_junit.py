@@ -59,7 +59,7 @@ def test_junit_report_of_a_passing_check(tmp_path: Path,
     assert (suite.tests, suite.failures, suite.skipped) == (1, 0, 0)
     (case,) = list(suite)
     assert case.is_passed and case.name == "seed 3 ADDR_LE off mix default"
-    assert "requests" in case.system_out
+    assert " requests with the setup (" in case.system_out  # as the campaign line counts
 
 
 @pytest.mark.parametrize(("where", "message"), [
