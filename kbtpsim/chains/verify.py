@@ -311,7 +311,25 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
             _check_placed(chain, wr, "cond_compare", cs, profile, out)
             _check_compare_order(wr, "cond_compare", cond, "a condition compares octets",
                                  out)
+    _check_placement(chain, profile, out)
     return out
+
+
+def _check_placement(chain: Chain, profile: NicProfile, out: list[Violation]) -> None:
+    """Rule ``placement`` (decision O7): the chains make a patch's or marker's octets
+    visible by WAITing for its Write's CQE, which holds where a Write's completion implies
+    its placement (InfiniBand, RoCE: ``placement="in_order"``). Under RDMAP placement (RFC
+    5040 section 5.5, rules 3 and 9) it does not: a later WR may read the old octets."""
+    if profile.placement != "rdmap":
+        return
+    for wr in chain.wrs():
+        if wr.opcode is Opcode.RDMA_WRITE and wr.remote_kind == "loopback":
+            out.append(Violation(
+                wr.name, "placement", "placement",
+                "RDMAP placement: a loopback Write's completion does not imply its data "
+                "is placed (RFC 5040 rules 3, 9), so the WAIT that counts it does not make "
+                "it visible to the WRs it releases (decision O7)"))
+            return
 
 
 def check(chain: Chain, profile: NicProfile) -> None:

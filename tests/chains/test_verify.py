@@ -239,3 +239,13 @@ def test_seal_and_allow_unsealed_patches_are_checked_like_the_others() -> None:
     got = rules(verify(build_chain(False, "big", variants=("alloc_read",)),
                        be.replace(wqe_field_byte_order="little")))
     assert ("ar_gen", "swap_add", "byte-order") in got
+
+
+def test_rdmap_placement_refuses_every_chain() -> None:
+    """O7: under RDMAP placement a loopback Write's CQE does not imply its placement, so
+    no chain that WAITs on its patches and markers is sound there."""
+    be = PROFILES["ideal-be"]
+    ch = build_chain(False, "big", variants=("load",))
+    assert verify(ch, be) == []
+    got = rules(verify(ch, be.replace(placement="rdmap")))
+    assert {r for _, _, r in got} == {"placement"}
