@@ -178,6 +178,19 @@ def test_draft_interleaving_example(be: tuple[str | NicProfile, bool]) -> None:
     assert h.server.slot_not_ready == 0
 
 
+def _ring_of_four_then_a_free(be: tuple[str | NicProfile, bool]
+                              ) -> tuple[Harness, Req, int]:
+    """Blocks 100..103, quota 4: four chain ALLOC_STOREs take tickets 0..3, then the FREE
+    of handle 0x4000 (block 100) gets Tail ticket 4, slot 0. Returns the harness, its
+    request builder and slot 0's address."""
+    h = Harness(*be, blocks=4, first_block=100, quota=4)
+    r = Req(h)
+    msgs = [r.alloc(0x4000 + i) for i in range(4)] + [r.free(0x4000)]
+    res = h.run(msgs)
+    assert served(res, msgs) == ["alloc_inline"] * 4 + [None]
+    return h, r, h.target_layout.rings[0].slot_addr(0)
+
+
 def test_slot_not_ready_hands_the_ticket_to_the_cpu(be: tuple[str | NicProfile, bool]) -> None:
     """A free still writing its slot (Block Offset written, Sequence not yet: the draft's
     write order) when a chain reads it: the chain has taken ticket 4 (FetchAdd on Head),
@@ -186,13 +199,8 @@ def test_slot_not_ready_hands_the_ticket_to_the_cpu(be: tuple[str | NicProfile, 
     Blocks 100..103, quota 4: tickets 0..3 bound, the FREE of block 100 gets Tail ticket 4
     = slot 0 (the model's CPU writes instantly: the test holds the Sequence back 100 us,
     longer than the CAS-on-WQE chain takes to read the slot)."""
-    h = Harness(*be, blocks=4, first_block=100, quota=4)
-    r = Req(h)
+    h, r, slot0 = _ring_of_four_then_a_free(be)
     env, mem = h.sim.env, h.tnic.host.memory
-    slot0 = h.target_layout.rings[0].slot_addr(0)
-    msgs = [r.alloc(0x4000 + i) for i in range(4)] + [r.free(0x4000)]
-    res = h.run(msgs)
-    assert served(res, msgs) == ["alloc_inline"] * 4 + [None]
     assert mem.read(slot0, 4) == (4).to_bytes(4, "big")  # the free wrote {4, block 100}
 
     def in_flight():  # type: ignore[no-untyped-def]
@@ -218,13 +226,8 @@ def test_a_consumed_slot_with_the_tickets_sequence_is_not_ready(
     consumed (all-ones Block Offset: a duplicate ticket, or a slot read between a
     consumer's marks) must hand the request over, not copy the block to Block Offset
     0xFFFFFFFFFFFFFFFF (a remote access error that kills the connection)."""
-    h = Harness(*be, blocks=4, first_block=100, quota=4)
-    r = Req(h)
+    h, r, slot0 = _ring_of_four_then_a_free(be)
     env, mem = h.sim.env, h.tnic.host.memory
-    slot0 = h.target_layout.rings[0].slot_addr(0)
-    msgs = [r.alloc(0x4000 + i) for i in range(4)] + [r.free(0x4000)]
-    res = h.run(msgs)
-    assert served(res, msgs) == ["alloc_inline"] * 4 + [None]
     good = mem.read(slot0 + 8, 8)  # the free wrote {4, block 100}
 
     def consumed_for_a_while():  # type: ignore[no-untyped-def]
