@@ -7,8 +7,13 @@
   DIRECT_LOAD 3 (entry, block, entry) + 1 per extra attempt, or attempts + 1 when it fell
   back to LOAD; DIRECT_ALLOC 5 (FetchAdd, slot read, slot confirm, write, BIND; extra
   slot polls while a slot is not ready are not seen and not counted).
-* **Memory** (:class:`MemoryProbe`): *held* = octets of KV data stored and not freed, as
-  the initiators' operations completed (the same for every approach); *reserved* = target
+* **Memory** (:class:`MemoryProbe`): *held* = octets of KV data stored and not freed, seen
+  from the initiators (the same for every approach): a store's data counts from its
+  completion to the posting of its FREE (back if that FREE fails). That is inside the
+  time the target holds it (it stored the data before completing, and cannot release it
+  before the FREE is sent), so held <= reserved at every sample and the utilisation
+  cannot exceed 100 % (counting the FREE at its completion did: the target had already
+  put the block back); *reserved* = target
   memory that no other allocation can use at that instant: KBTP blocks taken from a
   shared ring (bound, ticketed, or freed but not yet back) x Block Size, whole DIRECT_ALLOC
   partitions (``quota`` blocks reserved to one initiator), whole static regions, and the
@@ -100,6 +105,8 @@ class _Acc:
     reserved_peak: int = 0
     last: Memory | None = None
     handles: dict[int, int] = field(default_factory=dict)
+    #: handle -> octets, of FREEs posted and not yet completed (no longer held)
+    freeing: dict[int, int] = field(default_factory=dict)
 
 
 class MemoryProbe:
@@ -111,17 +118,32 @@ class MemoryProbe:
         self.acc: dict[str, _Acc] = {name: _Acc() for name in system.servers}
         self.first_free: dict[str, int] = {}
 
+    def issue(self, target: str, req: Request) -> None:
+        """An operation of an initiator of ``target`` is about to be posted: a FREE's data
+        stops counting now, before the target can release it."""
+        if req.op == "free":
+            acc = self.acc[target]
+            n = acc.handles.pop(req.handle, None)
+            if n is not None:
+                acc.held -= n
+                acc.freeing[req.handle] = n
+
     def update(self, target: str, req: Request, ok: bool) -> None:
         """An operation of an initiator of ``target`` finished (``req`` as issued)."""
+        acc = self.acc[target]
+        if req.op == "free":
+            n = acc.freeing.pop(req.handle, None)
+            if ok:
+                self.first_free.setdefault(target, int(self.system.env.now))
+            elif n is not None:  # not freed: still held, as before the FREE
+                acc.held += n
+                acc.handles[req.handle] = n
+            return
         if not ok:
             return
-        acc = self.acc[target]
         if req.op in ("store", "alloc_store", "direct_alloc"):
             acc.held += req.length - acc.handles.get(req.handle, 0)
             acc.handles[req.handle] = req.length
-        elif req.op == "free":
-            acc.held -= acc.handles.pop(req.handle, 0)
-            self.first_free.setdefault(target, int(self.system.env.now))
 
     def sample(self, now: int, t0: int, rows: list[tuple[int, str, float]]) -> None:
         for name, server in self.system.servers.items():

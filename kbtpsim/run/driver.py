@@ -139,6 +139,8 @@ class Driver:
         nbytes = 0
         fallback = False
         rts: int | None = None
+        if self.memory is not None:
+            self.memory.issue(self.system.expanded[name].target, req)
         try:
             res: OpResult = yield self._issue(ini, req, wl.direct_load_fallback, wl.record,
                                               wl.invalidate)
