@@ -173,6 +173,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self.fallback_reasons: dict[str, dict[str, int]] = {}
         #: requests the CPU took as soon as they arrived, before their chain ended
         self.before_chain = 0
+        #: (connection, credit) -> the reason it was taken early, until it is served
+        self._early_reasons: dict[tuple[int, int], str] = {}
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
         self.log_tickets: dict[int, int] = {}
         super().__init__(sim, config, profile=prof, **kw)
@@ -374,19 +376,23 @@ class OffloadedTargetServer(SoftwareTargetServer):
         if got is None:
             return []
         credit, request = got
-        if static_miss(request, cc.plan.offloaded, self.config.block_size,
-                       self.config.addr_le) is None:
+        reason = static_miss(request, cc.plan.offloaded, self.config.block_size,
+                             self.config.addr_le)
+        if reason is None:
             return []
         self.before_chain += 1
+        self._early_reasons[(cc.conn_id, credit)] = reason
         return [cc.chains.take_early(credit, int(self.env.now))]
 
     def _count_reason(self, cc: _ChainConn, f: Finished, op: str) -> None:
         """Why the CPU serves a LOAD, STORE or ALLOC_STORE (results.json
         ``fallbacks.reasons``)."""
+        reason = self._early_reasons.pop((cc.conn_id, f.credit), None)
         if op not in ("LOAD", "STORE", "ALLOC_STORE"):
             return
-        reason = static_miss(f.request, cc.plan.offloaded, self.config.block_size,
-                             self.config.addr_le)
+        if reason is None:  # decided before the chain ran, or by it
+            reason = static_miss(f.request, cc.plan.offloaded, self.config.block_size,
+                                 self.config.addr_le)
         if reason is None:
             reason = SLOT_NOT_READY if f.ticket is not None else CHAIN_TESTS
         by_op = self.fallback_reasons.setdefault(op, {})
@@ -478,11 +484,9 @@ class OffloadedTargetServer(SoftwareTargetServer):
         yield from cpu.spend(op, cpu.poll_ps + cpu.costs.op_ps(op))
         now = int(self.env.now)
         if f.ticket is not None:  # the chain took a ticket, its slot was not ready
-            conn.received.append(f.request)
             # the reference takes the ticket when the chain's FetchAdd took it
-            self.log.append(("handle", cc.conn_id, f.request, now if f.nic_time is None
-                             else f.nic_time))
-            self._log_ticket(f.ticket)
+            self._log_allocation(cc, f.request, f.ticket,
+                                 now if f.nic_time is None else f.nic_time)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
             self._kick()
         elif self._tickets is not None and cc.conn_id not in self._hold and \
@@ -502,13 +506,19 @@ class OffloadedTargetServer(SoftwareTargetServer):
         assert conn is not None and self._tickets is not None
         ticket, at = yield from self._tickets.take(self.cpu, "ALLOC_STORE")
         now = int(self.env.now)
-        conn.received.append(request)
-        # for replay(): the request took effect at its FetchAdd, in Ticket order
-        self.log.append(("handle", cc.conn_id, request, at))
-        self._log_ticket(ticket)
+        self._log_allocation(cc, request, ticket, at)
         effects = self.target.allocate_with_ticket(cc.conn_id, request, ticket, at, now)
         self._kick()
         return effects
+
+    def _log_allocation(self, cc: _ChainConn, request: bytes, ticket: int, at: int) -> None:
+        """An ALLOC_STORE whose Ticket a FetchAdd took at ``at`` (a chain's, or the CPU's
+        through the NIC) and that the CPU finishes: for replay(), it took effect there,
+        in Ticket order."""
+        assert cc.conn is not None
+        cc.conn.received.append(request)
+        self.log.append(("handle", cc.conn_id, request, at))
+        self._log_ticket(ticket)
 
     def _release_done(self, cc: _ChainConn) -> None:
         """Release the gates of served credits whose request no longer waits in the
