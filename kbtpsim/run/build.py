@@ -31,6 +31,7 @@ from kbtpsim.scenario.schema import (
     nic_profile,
 )
 from kbtpsim.system import CpuCosts, Initiator, SoftwareTargetServer
+from kbtpsim.system.contention import Background
 from kbtpsim.target import Binding, CounterMode, InitiatorConfig, TargetConfig
 from kbtpsim.units import PS_PER_MS
 from kbtpsim.wire import Feature
@@ -206,6 +207,8 @@ def build(sc: Scenario, *, trace: bool | Tracer = False, oracle: bool = True) ->
                                             costs=costs)  # type: ignore[assignment]
         else:
             servers[tgt.name] = SoftwareTargetServer(sim, configs[tgt.name], **kw)
+        if tgt.cpu.background > 0:  # every mode: software, offload, baselines
+            servers[tgt.name].cpu.set_background(cpu_background(sc, tgt))
     initiators: dict[str, Initiator] = {}
     specs = {t.name: t for t in sc.targets}
     for e in expanded.values():
@@ -230,6 +233,12 @@ def build(sc: Scenario, *, trace: bool | Tracer = False, oracle: bool = True) ->
             keep_results=False, keep_received=oracle)
     graph = build_graph(sc, profiles)
     return System(sc, sim, servers, configs, initiators, expanded, graph)
+
+
+def cpu_background(sc: Scenario, tgt: TargetSpec) -> Background:
+    """``target.cpu.background`` and ``slice`` of ``tgt``: the slices' phases are drawn
+    from the scenario seed and the target's name (kbtpsim.system.contention)."""
+    return Background(tgt.cpu.background, tgt.cpu.slice, seed=f"{sc.seed}/{tgt.name}")
 
 
 def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,

@@ -221,6 +221,9 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
             "completions": {f"{op}/{st}": n for (op, st), n in sorted(stats.ops.items())},
             "internal_errors": len(server.target.internal_errors),
         }
+        background = cpu.background_report(warm, end, util.get(f"cpu.{name}", 0.0))
+        if background is not None:  # target.cpu.background > 0 (kbtpsim.system.contention)
+            targets[name]["cpu"]["background"] = background
     initiators: dict[str, Any] = {}
     for name, ini in system.initiators.items():
         counts = rec.per_initiator.get(name, {})

@@ -152,6 +152,31 @@ class CpuSpec(Strict):
         None, description="Offload mode: CPU time to re-post one WQE of a consumed chain "
         "(default: the NIC profile's `cpu_post_ns`, building a WQE through the verbs API; "
         "copying a pre-built 64-octet WQE is one cache-line write, about 10ns).")
+    background: float = Field(
+        0.0, description="CPU contention: the share of each core other work on the host "
+        "takes (0 <= f < 1; e.g. the inference engine). Each core alternates a background "
+        "slice of `slice` with a server window of `slice * (1 - f) / f`, its phase seeded "
+        "from `seed` and the target name; the server thread is descheduled during a slice "
+        "and resumes after it. Delays everything on the target CPU (software target, "
+        "offload fallbacks, refills, baselines), never the NIC (docs/decisions.md, C1).")
+    slice: Time = Field(
+        "50us", description="CPU contention: length of one background slice (> 0; "
+        "a scheduler quantum of the other work).")
+
+    @field_validator("background", mode="before")
+    @classmethod
+    def _background_fraction(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float) or \
+                not 0 <= value < 1:
+            raise ValueError(f"must be a fraction of each core, 0 <= f < 1, got {value!r}")
+        return value
+
+    @field_validator("slice")
+    @classmethod
+    def _positive_slice(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError(f"must be a positive time (e.g. 50us), got {format_time(value)}")
+        return value
 
     @field_validator("op_costs")
     @classmethod
