@@ -11,6 +11,7 @@ seed), so a generator fed the same completions yields the same requests.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,21 +45,34 @@ class Workload(Protocol):
 
 
 # ---------------------------------------------------------------------------- draws
+def choice_cdf(p: np.ndarray) -> list[float]:
+    """The cumulative distribution ``numpy.random.Generator.choice(n, p=p)`` searches,
+    computed as it computes it (``cumsum``, then divided by its last entry).
+
+    ``bisect_right(cdf, rng.random())`` then draws the index ``rng.choice(n, p=p)``
+    draws, from the same single uniform, without ``choice``'s per-call checks of ``p``
+    (about 30 times faster; tests/workload check the streams are identical)."""
+    cdf = np.asarray(p, dtype=np.float64).cumsum()
+    cdf /= cdf[-1]
+    return [float(x) for x in cdf]
+
+
 class HandlePicker:
     """Draws handle indices 0..n-1 (uniform or Zipf by index rank)."""
 
     def __init__(self, n: int, pop: Popularity, rng: np.random.Generator) -> None:
         self.n = n
         self.rng = rng
-        self.cdf: np.ndarray | None = None
+        self.cdf: list[float] | None = None
         if pop.distribution == "zipf":
             w = 1.0 / np.arange(1, n + 1, dtype=float) ** pop.exponent
-            self.cdf = np.cumsum(w / w.sum())
+            # numpy's searchsorted(side="right") on these floats is bisect_right on them
+            self.cdf = [float(x) for x in np.cumsum(w / w.sum())]
 
     def draw(self) -> int:
         if self.cdf is None:
             return int(self.rng.integers(self.n))
-        return min(int(np.searchsorted(self.cdf, self.rng.random(), side="right")), self.n - 1)
+        return min(bisect_right(self.cdf, self.rng.random()), self.n - 1)
 
     def pick(self, eligible: set[int], tries: int = 16) -> int | None:
         """An index in ``eligible`` following the popularity (by rejection; uniform among
@@ -84,6 +98,7 @@ class LengthSampler:
         if spec.distribution == "choice":
             w = np.array(spec.weights or [1.0] * len(spec.values), dtype=float)
             self.p = w / w.sum()
+            self.cdf = choice_cdf(self.p)
 
     def draw(self) -> int:
         s = self.spec
@@ -93,7 +108,7 @@ class LengthSampler:
             return self.block_size
         if s.distribution == "uniform":
             return int(self.rng.integers(s.min, s.max + 1))
-        return int(s.values[int(self.rng.choice(len(s.values), p=self.p))])
+        return int(s.values[bisect_right(self.cdf, self.rng.random())])
 
 
 # ---------------------------------------------------------------------------- synthetic
@@ -116,6 +131,7 @@ class SyntheticWorkload:
         self.ops = [op for op in STATE_OPS if mix.get(op, 0) > 0]
         w = np.array([mix[op] for op in self.ops], dtype=np.float64)
         self.p = w / w.sum()
+        self.cdf = choice_cdf(self.p)
         self.picker = HandlePicker(handles, spec.popularity, rng)
         self.lengths = LengthSampler(spec.length, rng, block_size)
         self.unbound: set[int] = set(range(handles))
@@ -166,7 +182,7 @@ class SyntheticWorkload:
         if mis.invalid_fraction and self.rng.random() < mis.invalid_fraction:
             return self._req("invalid_load" if mis.invalid_kind == "handle" else "malformed",
                              -1)
-        op = self.ops[int(self.rng.choice(len(self.ops), p=self.p))]
+        op = self.ops[bisect_right(self.cdf, self.rng.random())]
         candidates = [op, self.alloc_op, "free"]
         for choice in candidates:
             idx = self.picker.pick(self._eligible(choice))
