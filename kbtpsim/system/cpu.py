@@ -100,7 +100,7 @@ class _Cores(simpy.Resource):
         now = int(self._env.now)
         return min(self.free, key=lambda c: (self.schedules[c].runnable_at(now), c))
 
-    def _do_put(self, event: Request) -> None:  # type: ignore[override]
+    def _do_put(self, event: Request) -> None:
         if len(self.users) < self.capacity:
             core = self._pick()
             self.free.remove(core)
@@ -108,7 +108,7 @@ class _Cores(simpy.Resource):
             self.core_of[event.proc] = core
         super()._do_put(event)
 
-    def _do_get(self, event: Release) -> None:  # type: ignore[override]
+    def _do_get(self, event: Release) -> None:
         request = event.request
         if request in self.users:
             core = self._held.pop(id(request))
@@ -132,6 +132,10 @@ class TargetCpu:
         self.resource = _Cores(env, cores)
         self.background = Background(0.0)
         self._stalled = 0  #: wall time spends were extended by background slices
+        #: with background, spends in progress: (core, start, ps, account); their part
+        #: not yet run is not busy time yet (busy_ns)
+        self._inflight: dict[int, tuple[CoreSchedule, int, int, str]] = {}
+        self._spends = 0
         self.post_ps = round((profile.cpu_post_ns if costs.post_ns is None
                               else costs.post_ns) * PS_PER_NS)
         self.doorbell_ps = round((profile.cpu_doorbell_ns if costs.doorbell_ns is None
@@ -165,7 +169,12 @@ class TargetCpu:
             now = int(self.env.now)
             wall = sched.finish(now, ps) - now
             self._stalled += wall - ps
-            yield self.env.timeout(wall)
+            token = self._spends = self._spends + 1
+            self._inflight[token] = (sched, now, ps, account)
+            try:
+                yield self.env.timeout(wall)
+            finally:
+                del self._inflight[token]
 
     def _schedule(self) -> CoreSchedule | None:
         """The background pattern of the core the active process holds (None without
@@ -194,8 +203,22 @@ class TargetCpu:
     def busy_ns(self, account: str | None = None) -> float:
         """Core time charged to ``account`` (all accounts if None), in ns."""
         if account is None:
-            return sum(self._busy.values()) / PS_PER_NS
-        return self._busy.get(account, 0) / PS_PER_NS
+            return (sum(self._busy.values()) - self._not_run(None)) / PS_PER_NS
+        return (self._busy.get(account, 0) - self._not_run(account)) / PS_PER_NS
+
+    def _not_run(self, account: str | None) -> int:
+        """With background: the part of the spends in progress (of ``account``; all if
+        None) that has not run yet. A spend is charged when it starts; one that a slice
+        stretches over a long wall time would otherwise count as busy before it ran."""
+        if not self._inflight:
+            return 0
+        now = int(self.env.now)
+        left = 0
+        for sched, start, ps, acc in self._inflight.values():
+            if account is None or acc == account:
+                ran = (now - start) - sched.background_in(start, now)
+                left += ps - min(ps, max(0, ran))
+        return left
 
     def ops(self, account: str) -> int:
         return self._count.get(account, 0)
@@ -203,7 +226,7 @@ class TargetCpu:
     def per_op_ns(self, account: str) -> float:
         """Mean core time per counted operation of ``account`` (0 if none)."""
         n = self._count.get(account, 0)
-        return self._busy.get(account, 0) / PS_PER_NS / n if n else 0.0
+        return self.busy_ns(account) / n if n else 0.0
 
     def report(self) -> dict[str, dict[str, float]]:
         """``{account: {"ops", "busy_ns", "per_op_ns"}}`` for every account used."""
@@ -215,7 +238,8 @@ class TargetCpu:
         """Fraction of core time the server was busy since time 0 (background slices
         are not the server's: see :meth:`background_share`)."""
         now = self.env.now
-        return sum(self._busy.values()) / (now * self.cores) if now else 0.0
+        busy = sum(self._busy.values()) - self._not_run(None)
+        return busy / (now * self.cores) if now else 0.0
 
     def background_ns(self, start_ps: int = 0, end_ps: int | None = None) -> float:
         """Core time the background took in ``[start_ps, end_ps)`` (default: until now),
