@@ -4,6 +4,7 @@ temporary directory."""
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -59,3 +60,31 @@ def test_documented_offload_command_runs(page: str, command: str, tmp_path: Path
     argv += ["-o", str(tmp_path / "out"), "--set", f"stop.operations={REDUCED_OPS}", "-q"]
     rc = main(argv)
     assert rc == 0, (page, command)
+
+
+def contention_commands() -> list[tuple[str, str]]:
+    """(page, command) for each documented `kbtpsim run` line (fenced or indented code)
+    that sets ``target.cpu.background``."""
+    out = []
+    for page in PAGES:
+        for line in page.read_text().replace("\\\n", " ").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if re.match(r"kbtpsim run scenarios/\S+ .*target\.cpu\.background=", line) \
+                    and line not in {c for _, c in out}:
+                out.append((page.name, line))
+    return out
+
+
+def test_the_documented_contention_commands_are_found() -> None:
+    found = {c for _, c in contention_commands()}
+    assert "kbtpsim run scenarios/quickstart.yaml --set target.cpu.background=0.8" in found
+
+
+@pytest.mark.parametrize("page,command", contention_commands())
+def test_documented_contention_command_runs(page: str, command: str,
+                                            tmp_path: Path) -> None:
+    argv = [*shlex.split(command)[1:], "-o", str(tmp_path / "out"), "--set",
+            f"stop.operations={REDUCED_OPS}", "-q"]
+    assert main(argv) == 0, (page, command)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["targets"]["target"]["cpu"]["background"]["share"] > 0

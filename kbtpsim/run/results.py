@@ -89,9 +89,12 @@ def summary_table(results: dict[str, Any]) -> str:
                         if k in ("LOAD", "STORE", "ALLOC_STORE", "FREE", "BIND"))
         rings = ", ".join(f"{r['name']} peak {r['in_use_peak']}/{r['blocks']}"
                           for r in t["rings"])
+        bg = cpu.get("background")  # target.cpu.background > 0
         lines.append(f"{who}: CPU {_pct(cpu['utilisation'])} of "
                      f"{cpu['cores']} core(s) after the warm-up"
-                     + (f" ({per})" if per else "") + (f"; rings: {rings}" if rings else ""))
+                     + (f" ({per})" if per else "")
+                     + (f", background work {_pct(bg['share'])}" if bg else "")
+                     + (f"; rings: {rings}" if rings else ""))
         mem = t.get("memory")
         if mem:
             util = mem.get("utilisation")

@@ -78,6 +78,20 @@ reserved, and a `comparison` block (below); `python -m kbtpsim.baselines.table D
 FILE.md` tabulates them. KV-cache initiators use DIRECT_LOAD / DIRECT_ALLOC with
 `kvcache.load_with` / `store_with`.
 
+**CPU contention.** `target.cpu.background: f` (0 <= f < 1, default 0) gives `f` of
+each target core to other work on the host, such as the inference engine: each core
+alternates a background slice of `target.cpu.slice` (default 50us) with a server window
+of `slice * (1 - f) / f`, its phase drawn from the scenario seed and the target's name.
+The KBTP server thread is descheduled during a slice and resumes after it, so work in
+flight when a slice starts finishes a slice later. It delays everything that takes a
+target core (the software target, an offloaded target's polling, fallbacks and refills,
+every baseline's server), never the NIC (docs/decisions.md, E8). For example
+
+    kbtpsim run scenarios/quickstart.yaml --set target.cpu.background=0.8
+
+results.json then has `targets.<name>.cpu.background` (below); `cpu.utilisation` stays
+the server's own busy share of all core time.
+
 **Per-initiator rings.** `target.rings: per_initiator` gives each initiator a ring over a
 partition of `quota` blocks (the DIRECT_ALLOC layout, offered to every initiator), so
 ALLOC_STOREs of different initiators never share a ring.
@@ -158,8 +172,13 @@ RESULTS_KEYS: list[tuple[str, str]] = [
      "([latency, quantile] pairs)"),
     ("`statuses.<OP>.<STATUS>`", "`count` and `latency_ns` per completion status "
      "(`RDMA_*`, `CONNECTION_LOST` for transport failures)"),
-    ("`targets.<name>.cpu`", "`cores`, `utilisation`, `per_op.<account>` (`ops`, "
-     "`busy_ns`, `per_op_ns`: target CPU time per operation)"),
+    ("`targets.<name>.cpu`", "`cores`, `utilisation` (the server's busy share of all "
+     "core time), `per_op.<account>` (`ops`, `busy_ns`, `per_op_ns`: target CPU time "
+     "per operation)"),
+    ("`targets.<name>.cpu.background`", "only with `target.cpu.background` > 0: "
+     "`fraction`, `slice_ns`, `share` (core time the background took, measured), "
+     "`server_of_available` (the server's busy time over the core time the background "
+     "left it), `stalled_ns` (wall time the server's work waited for slices, whole run)"),
     ("`targets.<name>.nic`", "utilisation of each NIC unit (doorbell, wqe_fetch, decode, "
      "tx, rx, atomic, completion) and PCIe direction (`pcie.rd` host to NIC, `pcie.wr` "
      "NIC to host)"),

@@ -158,7 +158,7 @@ class CpuSpec(Strict):
         "slice of `slice` with a server window of `slice * (1 - f) / f`, its phase seeded "
         "from `seed` and the target name; the server thread is descheduled during a slice "
         "and resumes after it. Delays everything on the target CPU (software target, "
-        "offload fallbacks, refills, baselines), never the NIC (docs/decisions.md, C1).")
+        "offload fallbacks, refills, baselines), never the NIC (docs/decisions.md, E8).")
     slice: Time = Field(
         "50us", description="CPU contention: length of one background slice (> 0; "
         "a scheduler quantum of the other work).")

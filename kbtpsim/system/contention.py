@@ -3,7 +3,7 @@
 A KV-cache block server rarely owns its host: the inference engine, its tokenizer and
 scheduler threads, interrupt handling and the kernel share the cores. ``target.cpu.
 background: f`` models that as time slices during which the KBTP server thread cannot
-run on a core (docs/decisions.md, C1):
+run on a core (docs/decisions.md, E8):
 
 * **Periodic per core.** Each core alternates a *background slice* of ``slice_ps``
   (``target.cpu.slice``, default 50 us) with a *server window* of
