@@ -108,7 +108,8 @@ class SparseMemory:
         self._inits.add(base, length, fill)
 
     def read(self, addr: int, length: int) -> bytes:
-        self._check(addr, length)
+        if addr < 0 or length < 0 or addr + length > ADDR_LIMIT:
+            self._check(addr, length)
         page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
         pages = self._pages
         if off + length <= PAGE_SIZE:  # fast path: one page
@@ -116,34 +117,67 @@ class SparseMemory:
             if data is not None:
                 return bytes(data[off : off + length])
             return self._inits.initial(addr, length) if self._inits else bytes(length)
-        out = bytearray()
-        while length:
-            n = min(length, PAGE_SIZE - off)
+        out = bytearray(length)  # one buffer, filled in place, then one copy out
+        view = memoryview(out)
+        pos = 0
+        inits = self._inits
+        while pos < length:
+            n = min(length - pos, PAGE_SIZE - off)
             data = pages.get(page)
             if data is not None:
-                out += data[off : off + n]
-            else:
-                out += self._inits.initial((page << PAGE_SHIFT) + off, n)
-            length -= n
+                view[pos : pos + n] = memoryview(data)[off : off + n]
+            elif inits:
+                view[pos : pos + n] = inits.initial((page << PAGE_SHIFT) + off, n)
+            pos += n
             page += 1
             off = 0
         return bytes(out)
 
     def write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
         length = len(data)
-        self._check(addr, length)
+        if addr < 0 or addr + length > ADDR_LIMIT:
+            self._check(addr, length)
         page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
         pages = self._pages
+        if off + length <= PAGE_SIZE:  # fast path: one page
+            buf = pages.get(page)
+            if buf is None:
+                if length == PAGE_SIZE:  # a whole page: nothing of the old one survives
+                    pages[page] = bytearray(data)
+                    return
+                buf = pages[page] = bytearray(self._inits.initial(page << PAGE_SHIFT,
+                                                                  PAGE_SIZE))
+            buf[off : off + length] = data
+            return
+        src = memoryview(data)
         pos = 0
         while pos < length:
             n = min(length - pos, PAGE_SIZE - off)
-            buf = pages.get(page)
-            if buf is None:
-                buf = pages[page] = bytearray(self._inits.initial(page << PAGE_SHIFT, PAGE_SIZE))
-            buf[off : off + n] = data[pos : pos + n]
+            if n == PAGE_SIZE:
+                pages[page] = bytearray(src[pos : pos + n])
+            else:
+                buf = pages.get(page)
+                if buf is None:
+                    buf = pages[page] = bytearray(
+                        self._inits.initial(page << PAGE_SHIFT, PAGE_SIZE))
+                buf[off : off + n] = src[pos : pos + n]
             pos += n
             page += 1
             off = 0
+
+    def discard(self, addr: int, length: int) -> int:
+        """Release the pages lying wholly inside ``[addr, addr + length)`` (a freed
+        buffer): they read as their initial contents again and cost no memory. Pages the
+        range only partly covers are kept. Returns the number of pages released."""
+        self._check(addr, length)
+        first = (addr + _PAGE_MASK) >> PAGE_SHIFT
+        stop = (addr + length) >> PAGE_SHIFT
+        pages = self._pages
+        released = 0
+        for page in range(first, stop):
+            if pages.pop(page, None) is not None:
+                released += 1
+        return released
 
     def written_pages(self, base: int, length: int) -> Iterator[int]:
         """Addresses of the written pages that overlap ``[base, base + length)``, sorted."""

@@ -76,8 +76,8 @@ class Unit:
 class Pcie:
     """The host interface of one NIC: two directions, latency and TLP overhead."""
 
-    __slots__ = ("_mps", "_ovh", "_ps_per_byte", "env", "lat_ps", "nicmem_ps", "rd",
-                 "read_lat_ps", "wr")
+    __slots__ = ("_mps", "_ovh", "_ps_per_byte", "_xfer", "env", "lat_ps", "nicmem_ps",
+                 "rd", "read_lat_ps", "wr")
 
     def __init__(self, env: simpy.Environment, *, gbps: float, latency_ns: float,
                  mem_ns: float, nic_mem_ns: float, mps: int, tlp_overhead: int,
@@ -91,11 +91,15 @@ class Pcie:
         self.nicmem_ps = round(nic_mem_ns * 1000)
         self.rd = Unit(env, "pcie.rd", 1, nic, tracer)  # host -> NIC (read completions)
         self.wr = Unit(env, "pcie.wr", 1, nic, tracer)  # NIC -> host (posted writes)
+        self._xfer: dict[int, int] = {}  # xfer_ps by size (a few sizes recur)
 
     def xfer_ps(self, nbytes: int) -> int:
         """Time ``nbytes`` of payload occupy one direction, TLP headers included."""
-        tlps = max(1, -(-nbytes // self._mps))
-        return round((nbytes + tlps * self._ovh) * self._ps_per_byte)
+        ps = self._xfer.get(nbytes)
+        if ps is None:
+            tlps = max(1, -(-nbytes // self._mps))
+            ps = self._xfer[nbytes] = round((nbytes + tlps * self._ovh) * self._ps_per_byte)
+        return ps
 
     def read_done(self, addr: int, nbytes: int, label: Any = "",
                   earliest: int | None = None) -> int:

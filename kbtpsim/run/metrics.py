@@ -115,6 +115,15 @@ class BusyProbe:
             out[key] = round(obj.busy_ns() * 1000) if key.startswith("cpu.") else obj.busy_ps
         return out
 
+    def busy_of(self, keys: list[str]) -> list[int]:
+        """Busy time (ps) of ``keys`` now, as :meth:`snapshot` gives it."""
+        items = self.items
+        out = []
+        for key in keys:
+            obj = items[key][0]
+            out.append(round(obj.busy_ns() * 1000) if key.startswith("cpu.") else obj.busy_ps)
+        return out
+
     def utilisation(self, before: dict[str, int], after: dict[str, int],
                     elapsed_ps: int) -> dict[str, float]:
         out = {}
@@ -164,20 +173,32 @@ class Sampler:
             rows.append((t, f"{name}.outstanding", ini.outstanding))
         self.samples += 1
 
+    def sampled_keys(self) -> list[str]:
+        """The utilisation series of the time series (CPUs, ports, the targets' NIC
+        transmit, receive and PCIe), in :attr:`BusyProbe.items` order."""
+        return [key for key in self.busy.items
+                if key.startswith(("cpu.", "port.")) or (
+                    key.startswith(self.target_nics)
+                    and key.endswith(("pcie.rd", "pcie.wr", ".tx", ".rx")))]
+
     def process(self, t0: int) -> Generator[simpy.Event, Any, None]:
         env = self.system.env
-        before = self.busy.snapshot()
+        keys = self.sampled_keys()
+        series = [f"util.{key}" for key in keys]
+        caps = [self.busy.items[key][1] for key in keys]
+        interval = self.interval
+        before = self.busy.busy_of(keys)
         while True:
-            yield env.timeout(self.interval)
+            yield env.timeout(interval)
             now = int(env.now)
             self.sample_state(now, t0)
-            after = self.busy.snapshot()
-            util = self.busy.utilisation(before, after, self.interval)
-            for key, value in util.items():
-                if key.startswith(("cpu.", "port.")) or (
-                        key.startswith(self.target_nics)
-                        and key.endswith(("pcie.rd", "pcie.wr", ".tx", ".rx"))):
-                    self.rows.append((now - t0, f"util.{key}", value))
+            after = self.busy.busy_of(keys)
+            t = now - t0
+            rows = self.rows
+            for name, cap, b0, b1 in zip(series, caps, before, after, strict=True):
+                # as BusyProbe.utilisation computes it
+                rows.append((t, name, round(min(1.0, (b1 - b0) / (cap * interval)), 6)
+                             if interval > 0 else 0.0))
             before = after
             if self.tick is not None:
                 self.tick(now - t0)

@@ -32,6 +32,9 @@ class Staging:
         self._head = 0
         self._live: dict[int, int] = {}  # offset -> length, outstanding pieces
         self._offsets: list[int] = []  # their offsets, sorted
+        #: freed pieces whose whole pages the next alloc releases (a caller may still
+        #: read a piece it has just freed, so they are not released at once)
+        self._dead: list[tuple[int, int]] = []
 
     @property
     def lkey(self) -> int:
@@ -42,6 +45,11 @@ class Staging:
         ring position if it is free, else in the first free gap after it, else in the
         first free gap from the start of the region (pieces that stay allocated for long,
         such as receive buffers, are skipped); :class:`StagingFull` if no gap fits."""
+        if self._dead:
+            discard = self.nic.host.memory.discard
+            for addr, dead in self._dead:
+                discard(addr, dead)
+            self._dead.clear()
         n = max(ALIGN, -(-length // ALIGN) * ALIGN)
         if n > self.size:
             raise StagingFull(f"{length} octets exceed the staging region ({self.size})")
@@ -72,8 +80,10 @@ class Staging:
 
     def free(self, addr: int) -> None:
         off = addr - self.addr
-        if self._live.pop(off, None) is not None:
+        n = self._live.pop(off, None)
+        if n is not None:
             self._offsets.pop(bisect_left(self._offsets, off))
+            self._dead.append((addr, n))  # its pages are released at the next alloc
 
     def put(self, data: bytes) -> int:
         """Copy ``data`` into a new piece; returns its address."""
