@@ -99,3 +99,14 @@ def test_bad_values_name_key_and_value_in_one_line(override: str, message: str) 
         load_scenario(QUICKSTART, [override])
     text = str(info.value)
     assert message in text and "\n" not in text
+
+
+@pytest.mark.parametrize(("scenario", "ops"), [("quickstart.yaml", 300),
+                                               ("quickstart-offload.yaml", 150)])
+def test_the_oracle_agrees_under_background(scenario: str, ops: int) -> None:
+    """Contention moves when the target serves requests, never what it answers."""
+    sc = load_scenario(REPO / "scenarios" / scenario,
+                       [f"stop.operations={ops}", "target.cpu.background=0.8"])
+    results = run_scenario(sc, oracle=True).results
+    assert results["oracle"]["checked"] and results["oracle"]["divergences"] == 0
+    assert _cpu(results)["background"]["stalled_ns"] > 0
