@@ -73,18 +73,22 @@ def test_baseline_is_delayed_by_background() -> None:
     assert _cpu(busy)["background"]["share"] == pytest.approx(0.8, abs=0.01)
 
 
-def test_offload_cpu_work_is_delayed() -> None:
+def test_offload_cpu_work_is_delayed_and_the_oracle_agrees() -> None:
     """The offloaded quickstart: the CPU's part (polling, fallbacks, releasing and
     re-posting chains) waits for the slices, so its requests do too (that the NIC alone
-    is not delayed: tests/system/test_cpu_contention.py, DIRECT_LOAD)."""
+    is not delayed: tests/system/test_cpu_contention.py, DIRECT_LOAD); contention moves
+    when the target serves requests, never what it answers."""
     path = REPO / "scenarios" / "quickstart-offload.yaml"
-    idle = _run(path, "stop.operations=200")
-    busy = _run(path, "stop.operations=200", "target.cpu.background=0.8")
+    idle = _run(path, "stop.operations=100")
+    busy = run_scenario(load_scenario(path, ["stop.operations=100",
+                                             "target.cpu.background=0.8"]),
+                        oracle=True).results
     for op in ("LOAD", "ALLOC_STORE"):
         assert busy["operations"][op]["latency_ns"]["p99"] > \
             idle["operations"][op]["latency_ns"]["p99"], op
     assert _cpu(busy)["background"]["stalled_ns"] > 0
     assert _cpu(busy)["utilisation"] + _cpu(busy)["background"]["share"] <= 1.0
+    assert busy["oracle"]["checked"] and busy["oracle"]["divergences"] == 0
 
 
 @pytest.mark.parametrize(("override", "message"), [
@@ -101,12 +105,8 @@ def test_bad_values_name_key_and_value_in_one_line(override: str, message: str) 
     assert message in text and "\n" not in text
 
 
-@pytest.mark.parametrize(("scenario", "ops"), [("quickstart.yaml", 300),
-                                               ("quickstart-offload.yaml", 150)])
-def test_the_oracle_agrees_under_background(scenario: str, ops: int) -> None:
-    """Contention moves when the target serves requests, never what it answers."""
-    sc = load_scenario(REPO / "scenarios" / scenario,
-                       [f"stop.operations={ops}", "target.cpu.background=0.8"])
+def test_the_oracle_agrees_with_the_software_target_under_background() -> None:
+    sc = load_scenario(QUICKSTART, ["stop.operations=300", "target.cpu.background=0.8"])
     results = run_scenario(sc, oracle=True).results
     assert results["oracle"]["checked"] and results["oracle"]["divergences"] == 0
     assert _cpu(results)["background"]["stalled_ns"] > 0
