@@ -1,0 +1,143 @@
+"""Simulator speed: simulated operations per CPU-second, against a bare simpy loop.
+
+Run: ``python benchmarks/speed.py [--scale S] [--cases a,b] [--against DIR]``.
+
+Each case runs a committed scenario in a fresh child process (so its peak RSS is its
+own) and reports simulated operations per CPU-second of that process, simpy events per
+operation, and the ratio of the model's events per CPU-second to a bare simpy timeout
+loop timed in the same child just before it. ``ops/Mbare`` is the operations simulated
+in the CPU time a bare loop takes for one million events: a figure that moves little
+between machines. ``--scale`` multiplies every case's operation count (0.1 for a quick
+look). ``--against DIR`` also runs every case on the kbtpsim tree in ``DIR`` (another
+commit, e.g. ``git archive <commit> | tar -x -C DIR``), in the same run, and prints the
+speed-up. Not part of the test suite (docs/performance.md; the rule is that speed is
+measured here, never asserted in timed unit tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    scenario: str
+    overrides: tuple[str, ...]
+    operations: int
+
+
+CASES = (
+    Case("quickstart", "scenarios/quickstart.yaml", (), 5000),
+    Case("eval-ablation", "scenarios/eval-ablation.yaml", (), 300),
+    Case("two-sided", "scenarios/quickstart.yaml", ("target.mode=two_sided",), 5000),
+    Case("block-2MiB", "scenarios/eval-block-size.yaml", ("target.block_size=2MiB",), 200),
+)
+BARE_EVENTS = 200_000
+
+
+def bare_rate(n_events: int = BARE_EVENTS) -> float:
+    """Events per CPU-second of a bare simpy loop of timeouts."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def loop() -> Any:
+        for _ in range(n_events):
+            yield env.timeout(1)
+
+    env.process(loop())
+    t0 = time.process_time()
+    env.run()
+    return n_events / (time.process_time() - t0)
+
+
+def _child(case: Case, operations: int, fidelity: str, tree: str | None, out: Any) -> None:
+    if tree is not None:  # import kbtpsim from that tree (nothing imported it yet)
+        sys.path.insert(0, tree)
+    from kbtpsim.run.runner import run_scenario
+    from kbtpsim.scenario.load import load_scenario
+
+    bare = max(bare_rate() for _ in range(3))  # the least disturbed of three
+    overrides = (*case.overrides, f"stop.operations={operations}")
+    sc = load_scenario(REPO / case.scenario, overrides)
+    t0 = time.process_time()
+    outcome = run_scenario(sc)
+    cpu = time.process_time() - t0
+    assert outcome.system is not None
+    events = next(outcome.system.env._eid)  # type: ignore[attr-defined]
+    ops = outcome.results["run"]["operations_total"]
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.send({"case": case.name, "fidelity": fidelity, "ops": ops, "cpu_s": cpu,
+              "events": events, "bare": bare, "rss_mb": rss_mb})
+
+
+def measure(case: Case, operations: int, fidelity: str,
+            tree: str | None = None) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child, args=(case, operations, fidelity, tree, child))
+    p.start()
+    child.close()
+    row: dict[str, Any] = parent.recv()
+    p.join()
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiply every case's operation count (default 1)")
+    ap.add_argument("--cases", default=",".join(c.name for c in CASES),
+                    help="comma-separated case names (default: all)")
+    ap.add_argument("--against", metavar="DIR",
+                    help="also run each case on the kbtpsim tree in DIR (same run)")
+    args = ap.parse_args(argv)
+    if args.against and not (Path(args.against) / "kbtpsim" / "__init__.py").is_file():
+        ap.error(f"--against: {args.against} holds no kbtpsim tree")
+    names = args.cases.split(",")
+    unknown = [n for n in names if n not in {c.name for c in CASES}]
+    if unknown:
+        ap.error(f"--cases: unknown case {unknown[0]!r}")
+    fids = ["full"]  # the only fidelity so far
+    if args.scale <= 0:
+        ap.error(f"--scale: must be positive, got {args.scale}")
+    head = (f"{'case':<15}{'fidelity':<9}{'tree':<8}{'ops':>7}{'CPU s':>8}{'ops/CPU-s':>11}"
+            f"{'events/op':>11}{'x bare':>8}{'ops/Mbare':>11}{'peak RSS':>10}")
+    print(head)
+    print("-" * len(head))
+    for case in CASES:
+        if case.name not in names:
+            continue
+        for fid in fids:
+            ops = max(20, round(case.operations * args.scale))
+            trees = [("this", None)] + ([("against", args.against)] if args.against else [])
+            rates = []
+            for label, tree in trees:
+                r = measure(case, ops, fid, tree)
+                rate = r["ops"] / r["cpu_s"]
+                ev_rate = r["events"] / r["cpu_s"]
+                rates.append(rate / r["bare"])
+                print(f"{r['case']:<15}{fid:<9}{label:<8}{r['ops']:>7}{r['cpu_s']:>8.2f}"
+                      f"{rate:>11.0f}{r['events'] / r['ops']:>11.0f}"
+                      f"{ev_rate / r['bare']:>8.3f}{rate / r['bare'] * 1e6:>11.0f}"
+                      f"{r['rss_mb']:>8.0f}MB", flush=True)
+            if len(rates) == 2:
+                print(f"{'':<15}{fid:<9}speed-up (ops/Mbare, this / against): "
+                      f"{rates[0] / rates[1]:.2f}x", flush=True)
+    print(f"bare simpy loop: {bare_rate() / 1e6:.2f} M events per CPU-second (this process)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
