@@ -13,7 +13,10 @@ see it (MMIO, BlueFlame when one WQE is pending). Four processes run each QP's s
 * transmitter: sends the QP's packets in order when their payload DMA completes;
 * completer: retires WRs in order and writes CQEs (signaled WRs and all errors).
 
-The receive side (:class:`~kbtpsim.nic.rx.RxSide`) serves incoming requests and responses.
+What each WR does is in :class:`~kbtpsim.nic.sq_ops.SendOps`; the receive side
+(:class:`~kbtpsim.nic.rx.RxSide`) serves incoming requests and responses. The QP sees its
+NIC through :class:`~kbtpsim.nic.nicview.NicView`, so this module does not import
+:mod:`kbtpsim.nic.nic` (which imports it).
 The first error completion moves the QP to ``QpState.ERROR``: later WRs complete with
 ``WR_FLUSH_ERR``, and so do posted and future receives.
 """
@@ -22,20 +25,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import simpy
 
-from kbtpsim.nic.cq import CompletionQueue, WcOpcode
+from kbtpsim.nic.cq import CompletionQueue
 from kbtpsim.nic.errors import CapabilityError, NicError, RingFull, WcStatus, WqeDecodeError
-from kbtpsim.nic.packet import Packet, PktKind
-from kbtpsim.nic.protection import (
-    R_LOCAL_READ,
-    R_LOCAL_WRITE,
-    MemoryRegion,
-)
+from kbtpsim.nic.packet import Packet
+from kbtpsim.nic.protection import MemoryRegion
 from kbtpsim.nic.qpstate import QpState
-from kbtpsim.nic.rx import RxSide, Signal, gather
+from kbtpsim.nic.rx import RxSide, Signal
+from kbtpsim.nic.sq_ops import SendOps
 from kbtpsim.nic.units import Gen
 from kbtpsim.nic.wqe import (
     ATOMIC_OPS,
@@ -44,50 +44,22 @@ from kbtpsim.nic.wqe import (
     SEND_OPS,
     WRITE_OPS,
     Opcode,
-    Sge,
     WorkRequest,
     ctrl_word,
     decode_wqe,
     encode_wqe,
     field_layout,
 )
+from kbtpsim.nic.wrctx import WC_OPCODE, WrContext
 
 if TYPE_CHECKING:
     from kbtpsim.nic.network import LinkDirection
-    from kbtpsim.nic.nic import Nic
+    from kbtpsim.nic.nicview import NicView
+
+__all__ = ["WC_OPCODE", "QueuePair", "WrContext"]
 
 
-WC_OPCODE = {
-    Opcode.NOP: WcOpcode.NOP, Opcode.WAIT: WcOpcode.NOP, Opcode.ENABLE: WcOpcode.NOP,
-    Opcode.SEND: WcOpcode.SEND, Opcode.SEND_WITH_IMM: WcOpcode.SEND,
-    Opcode.SEND_WITH_INVALIDATE: WcOpcode.SEND, Opcode.RDMA_WRITE: WcOpcode.RDMA_WRITE,
-    Opcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE, Opcode.RDMA_READ: WcOpcode.RDMA_READ,
-    Opcode.CAS: WcOpcode.COMP_SWAP, Opcode.FETCH_ADD: WcOpcode.FETCH_ADD,
-    Opcode.MASKED_CAS: WcOpcode.MASKED_COMP_SWAP,
-    Opcode.MASKED_FETCH_ADD: WcOpcode.MASKED_FETCH_ADD, Opcode.LOCAL_INV: WcOpcode.LOCAL_INV,
-}
-
-
-class WrContext:
-    """A WR between its start and its retirement."""
-
-    __slots__ = ("byte_len", "done", "index", "opcode", "pieces", "sampled", "signaled",
-                 "wr_id")
-
-    def __init__(self, env: simpy.Environment, index: int, wr_id: int, opcode: Opcode,
-                 signaled: bool) -> None:
-        self.index = index
-        self.wr_id = wr_id
-        self.opcode = opcode
-        self.signaled = signaled
-        self.done = env.event()
-        self.byte_len = 0
-        self.pieces: list[tuple[int, int]] = []
-        #: RDMA Read: when the responder's DMA read the first octets (ps; Cqe.sampled)
-        self.sampled: int | None = None
-
-
-class QueuePair(RxSide):
+class QueuePair(RxSide, SendOps):
     """One RC queue pair. Create with :meth:`Nic.create_qp`; connect with ``connect``."""
 
     __slots__ = (
@@ -132,7 +104,7 @@ class QueuePair(RxSide):
         "wr_ids",
     )
 
-    def __init__(self, nic: Nic, qpn: int, send_cq: CompletionQueue, recv_cq: CompletionQueue,
+    def __init__(self, nic: NicView, qpn: int, send_cq: CompletionQueue, recv_cq: CompletionQueue,
                  sq_depth: int, rq_depth: int, managed: bool, sq_addr: int, rq_addr: int,
                  sq_mr: MemoryRegion, rq_mr: MemoryRegion) -> None:
         env = nic.env
@@ -476,160 +448,3 @@ class QueuePair(RxSide):
         self.state = QpState.ERROR
         self._exec_sig.fire()
         self._flush_rq()
-
-    # ------------------------------------------------------------------ WR handlers
-    def _x_nop(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        ctx.done.succeed(WcStatus.SUCCESS)
-        return
-        yield
-
-    def _x_wait(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        cq = self.nic.cqs.get(wr.target)
-        if cq is None:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
-            return
-        yield cq.reach(wr.count)
-        ctx.done.succeed(WcStatus.SUCCESS)
-
-    def _x_enable(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        qp = self.nic.qps.get(wr.target)
-        if qp is None or not qp.managed:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
-            return
-        qp.enable(wr.count)
-        ctx.done.succeed(WcStatus.SUCCESS)
-        return
-        yield
-
-    def _x_local_inv(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        ok = self.nic.pt.invalidate(wr.imm)
-        ctx.done.succeed(WcStatus.SUCCESS if ok else WcStatus.LOC_PROT_ERR)
-        return
-        yield
-
-    def _condition(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        cond = wr.cond
-        assert cond is not None
-        nic = self.nic
-        addr = nic.pt.translate(cond.lkey, cond.addr, 8, R_LOCAL_READ)
-        if addr < 0:
-            ctx.done.succeed(WcStatus.LOC_PROT_ERR)
-            return False
-        yield from nic.pcie.read(addr, 8, "cond")
-        value = nic.host.memory.read_u64(addr, nic.profile.atomic_byte_order)
-        if (value ^ cond.compare) & cond.mask:
-            ctx.opcode = Opcode.NOP
-            ctx.done.succeed(WcStatus.SUCCESS)
-            return False
-        return True
-
-    def _local_pieces(self, ctx: WrContext, sges: tuple[Sge, ...], need: int) -> bool:
-        pt = self.nic.pt
-        for sge in sges:
-            addr = pt.translate(sge.lkey, sge.addr, sge.length, need)
-            if addr < 0:
-                ctx.done.succeed(WcStatus.LOC_PROT_ERR)
-                return False
-            ctx.pieces.append((addr, sge.length))
-        return True
-
-    def _new_seq(self, ctx: WrContext) -> int:
-        seq = self.next_seq
-        self.next_seq = seq + 1
-        self.inflight[seq] = ctx
-        return seq
-
-    def _x_send_write(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        if self.peer is None:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
-            return
-        inline = wr.inline_data
-        if inline is None and not self._local_pieces(ctx, wr.sges, R_LOCAL_READ):
-            return
-        total = wr.length
-        ctx.byte_len = total
-        kind = PktKind.WRITE if wr.opcode in WRITE_OPS else PktKind.SEND
-        seq = self._new_seq(ctx)
-        mtu = self.nic.profile.mtu
-        n = max(1, -(-total // mtu))
-        pkts = []
-        for i in range(n):
-            off = i * mtu
-            ln = min(mtu, total - off)
-            pkts.append(Packet(
-                kind, seq, first=i == 0, last=i == n - 1, offset=off, length=ln, total=total,
-                raddr=wr.remote_addr, rkey=wr.rkey, imm=wr.imm, opcode=wr.opcode,
-                payload=None if inline is None else inline[off : off + ln],
-                ready=None))
-        if inline is None and total:
-            self.dma_gather(ctx.pieces, pkts)
-        elif inline is None:
-            for p in pkts:
-                p.payload = b""
-        self.txq.extend(pkts)
-        self._tx_sig.fire()
-        return
-        yield
-
-    def _rd_slot(self, ctx: WrContext) -> Gen:
-        limit = self.nic.profile.max_rd_atomic
-        while self.rd_outstanding >= limit:
-            yield self._rd_sig.wait()
-        self.rd_outstanding += 1
-        ctx.done.callbacks.append(self._rd_release)
-        self.last_rd = ctx.done
-
-    def _rd_release(self, _ev: Any) -> None:
-        self.rd_outstanding -= 1
-        self._rd_sig.fire()
-
-    def _x_read(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        seq = yield from self._responder_request(ctx, wr, wr.length)
-        if seq is None:
-            return
-        self.txq.append(Packet(PktKind.READ_REQ, seq, total=wr.length, raddr=wr.remote_addr,
-                               rkey=wr.rkey))
-        self._tx_sig.fire()
-
-    def _x_atomic(self, ctx: WrContext, wr: WorkRequest) -> Gen:
-        seq = yield from self._responder_request(ctx, wr, 8)
-        if seq is None:
-            return
-        self.txq.append(Packet(
-            PktKind.ATOMIC_REQ, seq, total=8, raddr=wr.remote_addr, rkey=wr.rkey,
-            opcode=wr.opcode, operands=(wr.swap_add, wr.compare, wr.swap_mask, wr.compare_mask)))
-        self._tx_sig.fire()
-
-    def _responder_request(self, ctx: WrContext, wr: WorkRequest, byte_len: int) -> Gen:
-        """The common start of an RDMA Read or atomic: a connected QP, writable local
-        buffers (the response lands there), a slot among the outstanding Reads/atomics;
-        returns the request's sequence number, or None when the WR has failed."""
-        if self.peer is None:
-            ctx.done.succeed(WcStatus.LOC_QP_OP_ERR)
-            return None
-        if not self._local_pieces(ctx, wr.sges, R_LOCAL_WRITE):
-            return None
-        yield from self._rd_slot(ctx)
-        ctx.byte_len = byte_len
-        return self._new_seq(ctx)
-
-    # ------------------------------------------------------------------ shared helpers
-    def dma_gather(self, pieces: list[tuple[int, int]], pkts: list[Packet]) -> None:
-        """Read the packets' payload by DMA: one latency (overlapping earlier transfers),
-        then each packet's transfer in order; ``pkt.ready`` fires when its data is in."""
-        env = self.env
-        pcie = self.nic.pcie
-        mem = self.nic.host.memory
-        addr = pieces[0][0] if pieces else 0
-        first = env.now
-
-        def fill(ev: simpy.Event) -> None:
-            pkt = ev.value
-            pkt.payload = gather(mem, pieces, pkt.offset, pkt.length)
-            pkt.sampled = env.now
-
-        for pkt in pkts:
-            done = pcie.read_done(addr, pkt.length, pkt, first)
-            ev = env.timeout(done - env.now, pkt)
-            ev.callbacks.append(fill)
-            pkt.ready = ev

@@ -40,8 +40,8 @@ from kbtpsim.nic.units import Gen
 from kbtpsim.nic.wqe import Opcode, Sge, decode_recv, encode_recv
 
 if TYPE_CHECKING:
-    from kbtpsim.nic.nic import Nic
-    from kbtpsim.nic.qp import WrContext
+    from kbtpsim.nic.nicview import NicView
+    from kbtpsim.nic.wrctx import WrContext
 
 
 class Signal:
@@ -139,7 +139,7 @@ class RxSide:
         "rxq",
     )
 
-    nic: Nic
+    nic: NicView
     env: simpy.Environment
     qpn: int
     state: QpState
