@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kbtpsim.chains.compiler import Geometry
-from kbtpsim.nic import Access, MemoryRegion, Nic
+from kbtpsim.nic import Access, MemoryRegion, Nic, umr
 from kbtpsim.target import TargetConfig
 from kbtpsim.target.layout import RingLayout, TargetLayout
 
@@ -132,6 +132,16 @@ class ChainLayout:
         (Tagged Offset = Block Offset)."""
         rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
         table = None
+        start = self.first_block * self.block_size
+        if nic.profile.indirect_keys == "exp_umr" and not nic.profile.strided_keys:
+            # UMR-built keys (kbtpsim.nic.umr; a layout the UMR cannot describe raises
+            # KeyLayoutError, one line): interleaved table key, list pool key
+            atomic = Access.REMOTE_ATOMIC if nic.profile.masked_atomics else Access.LOCAL_READ
+            table = umr.table_key(nic, self.table_addr, self.table_base, self.table_count,
+                                  rights | atomic).key
+            pool = umr.pool_key(nic, self.pool_addr + start, start,
+                                self.blocks * self.block_size, rights).key
+            return table, pool
         if nic.profile.strided_keys:
             # TO (Table Base Handle + i) * 256 + j -> octet j of entry i (the key's base index
             # is the Table Base Handle, so the table may sit anywhere); atomics for the
@@ -139,7 +149,6 @@ class ChainLayout:
             atomic = Access.REMOTE_ATOMIC if nic.profile.masked_atomics else Access.LOCAL_READ
             table = nic.register_strided(self.table_addr, 16, self.table_count, STRIDE,
                                          rights | atomic, base_index=self.table_base)
-        start = self.first_block * self.block_size
         # the pool region's Tagged Offsets are Block Offsets
         pool = nic.register_mr(self.pool_addr + start, self.blocks * self.block_size, rights,
                                base_to=start)

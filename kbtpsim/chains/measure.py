@@ -64,8 +64,8 @@ def _requests(h: Harness, op: str, bs: int, n: int) -> list[Message]:
     return out
 
 
-#: Profiles measured besides the named ones: cx5 with strided keys (no native conditional
-#: WRs: its chains express conditions as CAS-on-WQE, decision C5).
+#: Profiles measured besides the named ones: cx5 with the hypothetical strided keys (a
+#: what-if override; plain cx5 offloads the same variants with its UMR-built keys).
 EXTRA = {"cx5+strided": PROFILES["cx5"].replace(name="cx5+strided", strided_keys=True)}
 
 
@@ -113,8 +113,8 @@ ASSETS: tuple[tuple[str, str, bool], ...] = (
     *((v, "ideal", True) for v in
       ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")),
     *((v, "ideal-be", False) for v in ("load", "alloc_inline", "alloc_read")),
-    ("load", "cx5", False),
-    *((v, "cx5+strided", False) for v in ("load", "alloc_inline")),
+    ("load", "cx5-upstream", False),
+    *((v, "cx5", False) for v in ("load", "alloc_inline")),
 )
 
 
@@ -134,8 +134,8 @@ def listings() -> dict[str, str]:
 
 def write_assets(root: Path) -> None:
     """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (ALLOC_STORE
-    rejected), LOAD and ALLOC_STORE on ideal-be (offloaded) and LOAD on cx5 (rejected),
-    drawn and listed. Deterministic: on an unchanged tree it rewrites the same octets."""
+    rejected), LOAD and ALLOC_STORE on ideal-be and cx5 (offloaded) and LOAD on
+    cx5-upstream (rejected), drawn and listed. Deterministic: on an unchanged tree it rewrites the same octets."""
     from kbtpsim.chains.plan import decide
     from kbtpsim.chains.render import draw
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kbtpsim.chains.measure")
     parser.add_argument("--docs", metavar="DIR", help="also regenerate DIR/chains/*")
     parser.add_argument("--profiles",
-                        default="cx5,irdma,ideal,ideal-be,cx5+strided,cx3-40g-ib")
+                        default="cx5,cx5-upstream,irdma,ideal,ideal-be,cx3-40g-ib")
     args = parser.parse_args(argv)
     if args.docs:
         write_assets(Path(args.docs))

@@ -60,10 +60,11 @@ class Decision:
 
 
 def lowering_for(profile: NicProfile) -> Lowering:
-    """``"cas"`` for a profile without native conditional WRs but with CAS-on-WQE and
-    WAIT/ENABLE (a CAS-armed WQE must be held back until the CAS has landed), else
-    ``"native"``."""
-    if not profile.native_conditional and profile.cas_on_wqe and profile.wait_enable:
+    """``"cas"`` for a profile without native conditional WRs but with CAS-on-WQE, else
+    ``"native"``. (A CAS-armed WQE must also be held back by WAIT/ENABLE until the CAS has
+    landed: without ``wait_enable`` the verifier says so, and also names what else the
+    CAS form needs, e.g. WQE checks off, rather than only "no native conditional".)"""
+    if not profile.native_conditional and profile.cas_on_wqe:
         return "cas"
     return "native"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -163,6 +164,46 @@ def show(decision: Decision) -> str:
     return "\n".join(out)
 
 
+#: Per blocking capability: what provides it on real hardware (what would unblock it).
+UNBLOCK: dict[str, str] = {
+    "wait_enable": "cross-channel WAIT/ENABLE and managed QPs: MLNX_OFED 4.x experimental "
+    "verbs (IBV_EXP_WR_CQE_WAIT, IBV_EXP_WR_SEND_ENABLE/RECV_ENABLE; QP flags "
+    "CROSS_CHANNEL, MANAGED_SEND, MANAGED_RECV, IGNORE_SQ_OVERFLOW), or on upstream a "
+    "DEVX-created QP with the firmware's cd_master / cd_slave_send / cd_slave_receive "
+    "QPC bits (mlx5_ifc.h) and hand-written WQEs (opcodes 0x0f, 0x16, 0x17): profile cx5",
+    "masked_atomics": "masked (extended) atomics: MLNX_OFED 4.x "
+    "IBV_EXP_WR_EXT_MASKED_ATOMIC_CMP_AND_SWP / _FETCH_AND_ADD, or on upstream hand-written "
+    "WQEs with opcode 0x14/0x15 and struct mlx5_wqe_masked_atomic_seg (providers/mlx5/"
+    "wqe.h; no ibv_wr_* builder): profile cx5",
+    "wqe_checks": "firmware WQE checks off: RedN's conf/disable_wqe_checks.sh (mcra writes "
+    "on ConnectX-5/6; not a supported setting): profile cx5",
+    "indirect_keys": "an interleaved key that starts at TO Table Base Handle << 8: the "
+    "MLNX_OFED 4.x UMR (IBV_EXP_WR_UMR_FILL, repeat block, base_addr = start): profile "
+    "cx5; or a table whose first handle is 0 (then a zero-based mlx5dv key fits)",
+    "native_conditional": "conditional WRs: no shipping NIC has them (hypothetical: "
+    "profiles ideal, ideal-be); ConnectX uses CAS-on-WQE instead (decision C5)",
+    "cas_on_wqe": "an atomic on a send ring's WQE: the ring registered for REMOTE_ATOMIC "
+    "(a plain ibv_reg_mr of the ring buffer) with WQE checks off: profile cx5",
+    "strided_keys": "hypothetical strided keys (profile suffix +strided), or an "
+    "interleaved UMR key (indirect_keys='exp_umr'): profile cx5",
+    "loopback": "a loopback RC QP (QP connected to itself / the same port)",
+}
+
+
+def blocking(d: Decision) -> list[str]:
+    """The capability names the decision's violations need (in order, once each)."""
+    caps: list[str] = []
+    for v in d.violations:
+        if v.rule != "capability":
+            continue
+        m = re.search(r"needs '(\w+)'", v.message)
+        cap = m.group(1) if m else ("wqe_checks" if "'wqe_checks'" in v.message else
+                                    "indirect_keys" if "indirect_keys" in v.message else "")
+        if cap and cap not in caps:
+            caps.append(cap)
+    return caps
+
+
 def explain(decisions: list[Decision]) -> str:
     out = []
     for d in decisions:
@@ -175,6 +216,10 @@ def explain(decisions: list[Decision]) -> str:
         if not d.offloaded:
             out.append("  why:")
             out += [f"    {r}" for r in d.reasons()]
+            caps = blocking(d)
+            if caps:
+                out.append("  what would unblock it:")
+                out += [f"    {c}: {UNBLOCK.get(c, '(no known provider)')}" for c in caps]
         out.append("  validations:")
         for what, where, why in VALIDATIONS[d.variant]:
             where = where if d.offloaded else "CPU"

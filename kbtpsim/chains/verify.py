@@ -18,7 +18,8 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
     the word it is compared with.
 ``capability``
     Every feature the chain uses must be in the profile (``wait_enable``,
-    ``masked_atomics``, ``native_conditional``, ``cas_on_wqe``, ``strided_keys``,
+    ``masked_atomics``, ``native_conditional``, ``cas_on_wqe`` with ``wqe_checks`` off,
+    a table key: ``indirect_keys="exp_umr"`` or the hypothetical ``strided_keys``,
     loopback QPs, ``max_sge``).
 ``consistency``
     A Placed source must name a producer that exists and declares that placement; a
@@ -188,10 +189,15 @@ def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
     if wr.targets_ctrl:
         need(profile.cas_on_wqe, "ctrl_word", "an atomic on a WQE's control word",
              "cas_on_wqe")
-    if wr.remote_kind == "strided_table":
-        need(profile.strided_keys, "rkey",
-             "the table entry address from a scattered handle (16 * (h - base) is not an "
-             "octet move, decision D4)", "strided_keys")
+        if profile.wqe_checks:
+            out.append(Violation(
+                wr.name, "ctrl_word", "capability",
+                "CAS-on-WQE rewrites the control word's WQE-index octets (opmod_idx_opcode "
+                f"holds compared data), which profile {profile.name}'s firmware checks "
+                "against the posting index ('wqe_checks'; RedN disables these checks: "
+                "conf/disable_wqe_checks.sh)"))
+    if wr.remote_kind == "strided_table" and not profile.strided_keys:
+        _check_table_key(wr, profile, out)
     if wr.role in (Role.WORKER, Role.MASTER, Role.GATE):
         need(profile.loopback, "qp", f"a loopback {wr.role.value} QP", "loopback")
     if wr.atomic_word_order not in (None, "octets") and \
@@ -207,6 +213,29 @@ def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
     if n_sge > profile.max_sge:
         out.append(Violation(wr.name, "sges", "capability",
                              f"{n_sge} SGEs exceed max_sge {profile.max_sge}"))
+
+
+def _check_table_key(wr: WrTemplate, profile: NicProfile, out: list[Violation]) -> None:
+    """The table-entry address from a scattered handle: TO ``h << 8`` must name entry
+    ``h - base``. 16 * (h - base) is not an octet move (decision D4), so it takes a key
+    whose layout strides: an interleaved UMR key that starts at TO ``base << 8``
+    (``indirect_keys="exp_umr"``), or the hypothetical ``strided_keys``."""
+    api = profile.indirect_keys
+    if api == "exp_umr":
+        return
+    if api == "mlx5dv":
+        out.append(Violation(
+            wr.name, "rkey", "capability",
+            "the table entry address from a scattered handle needs an interleaved key "
+            "starting at TO Table Base Handle << 8, but an mlx5dv_wr_mr_interleaved key is "
+            f"zero-based (mlx5dv_wr_post(3)), which profile {profile.name} has "
+            "('indirect_keys'='mlx5dv')"))
+        return
+    out.append(Violation(
+        wr.name, "rkey", "capability",
+        "the table entry address from a scattered handle (16 * (h - base) is not an "
+        "octet move, decision D4) needs an interleaved key ('indirect_keys') or "
+        f"'strided_keys', which profile {profile.name} lacks"))
 
 
 def _check_cas(chain: Chain, wr: WrTemplate, profile: NicProfile,

@@ -6,7 +6,8 @@ NIC converts them once to integer picoseconds. ``profile.replace(**overrides)`` 
 validated copy; an unknown name or an impossible value raises ``ValueError`` naming it.
 
 Capability flags chains query: ``wait_enable``, ``masked_atomics``, ``cas_on_wqe``,
-``native_conditional``, ``strided_keys``, ``max_sge``, ``wqe_field_byte_order``.
+``wqe_checks``, ``indirect_keys``, ``native_conditional``, ``strided_keys`` (hypothetical:
+a what-if override), ``max_sge``, ``wqe_field_byte_order``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _NON_NEGATIVE = (
     "atomic_cycles", "cqe_cycles", "pcie_latency_ns", "host_mem_ns", "nic_mem_ns",
     "mmio_ns", "cpu_poll_ns", "wire_overhead", "propagation_ns", "phy_ns", "switch_ns",
     "loopback_ns", "prefetch_depth", "pcie_tlp_overhead", "max_inline", "ooo_jitter_ns",
-    "cpu_post_ns", "cpu_doorbell_ns",
+    "cpu_post_ns", "cpu_doorbell_ns", "umr_cycles", "indirect_xlat_ns", "read_req_cycles",
 )
 _POW2 = ("pcie_mps", "pcie_mrrs", "sq_wqe_size", "mtu", "atomic_lock_slots")
 
@@ -44,6 +45,8 @@ class NicProfile:
     rx_cycles: int = 20
     atomic_cycles: int = 30
     cqe_cycles: int = 15
+    #: responder's extra receive-unit work per RDMA Read request (setting up the response)
+    read_req_cycles: int = 0
     pu_count: int = 1  #: parallel processing units (decode, tx, rx, completion)
     dma_engines: int = 1
     atomic_units: int = 4
@@ -84,7 +87,12 @@ class NicProfile:
     masked_atomics: bool = True
     cas_on_wqe: bool = True
     native_conditional: bool = False
-    strided_keys: bool = False
+    strided_keys: bool = False  #: hypothetical (no NIC offers it): what-if override
+    #: indirect memory keys built by a UMR WQE (kbtpsim.nic.keys): "none", "exp_umr"
+    #: (MLNX_OFED 4.x experimental verbs) or "mlx5dv" (upstream rdma-core)
+    indirect_keys: str = "none"
+    umr_cycles: int = 200  #: estimate: NIC work to write one mkey context and its entries
+    indirect_xlat_ns: float = 20.0  #: estimate: extra translation per indirect-key access
     max_sge: int = 16
     wqe_field_byte_order: str = "big"
     atomic_byte_order: str = "big"
@@ -112,6 +120,9 @@ class NicProfile:
         for name in ("wqe_field_byte_order", "atomic_byte_order"):
             if getattr(self, name) not in ("big", "little"):
                 raise ValueError(f"NIC profile parameter {name!r} must be 'big' or 'little'")
+        if self.indirect_keys not in ("none", "exp_umr", "mlx5dv"):
+            raise ValueError("NIC profile parameter 'indirect_keys' must be 'none', "
+                             f"'exp_umr' or 'mlx5dv', got {self.indirect_keys!r}")
         if self.placement not in ("in_order", "rdmap"):
             raise ValueError("NIC profile parameter 'placement' must be 'in_order' or 'rdmap'")
         if self.sq_wqe_size < 64:

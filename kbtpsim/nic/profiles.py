@@ -1,7 +1,12 @@
 """The named NIC profiles (``PROFILES``) and lookup by name.
 
-* ``cx5``: shaped like ConnectX-5/6 (what RedN's chains run on): big-endian WQE fields,
-  WAIT/ENABLE, CAS-on-WQE, masked atomics; timing of the ``cx5-100g-roce`` calibration.
+* ``cx5``: ConnectX-5 as RedN runs it (MLNX_OFED 4.x experimental verbs and the firmware
+  patch that disables WQE checks): cross-channel WAIT/ENABLE, masked atomics, CAS-on-WQE,
+  UMR-built interleaved/list keys (``indirect_keys="exp_umr"``), big-endian WQE fields;
+  timing of the ``cx5-100g-roce`` calibration. No hypothetical capability.
+* ``cx5-upstream``: the same card with upstream rdma-core and stock firmware: no
+  WAIT/ENABLE and no masked atomics in user space, WQE checks on, zero-based
+  ``mlx5dv_wr_mr_interleaved``/``_list`` keys (``indirect_keys="mlx5dv"``).
 * ``irdma``: shaped like Intel E810 (irdma): little-endian WQE fields, no cross-channel
   WAIT/ENABLE, no masked atomics, no CAS-on-WQE.
 * ``ideal``: every capability, including native conditional WRs and strided keys, with
@@ -56,14 +61,24 @@ CX3_40G_IB = NicProfile(
     mtu=2048,
     wire_overhead=28,  # LRH 8 + BTH 12 + ICRC 4 + VCRC 2 + delimiters 2
     propagation_ns=10.0,
-    phy_ns=30.0,
+    phy_ns=55.0,  # fitted: rows 4, 5 (with cpu_doorbell_ns below)
+    cpu_doorbell_ns=73.0,  # fitted: small-Write message rate, row 11 (8 B)
+    read_req_cycles=49,  # fitted: small-Read message rate, row 12 (8 B)
     max_rd_atomic=16,
     masked_atomics=False,
     wait_enable=False,
     cas_on_wqe=False,
 )
 
-CX5 = CX5_100G_ROCE.replace(name="cx5")
+#: ConnectX-5 with RedN's stack (docs/nic-model.md, "Capabilities by profile").
+CX5 = CX5_100G_ROCE.replace(
+    name="cx5", wait_enable=True, masked_atomics=True, cas_on_wqe=True, wqe_checks=False,
+    indirect_keys="exp_umr", strided_keys=False, native_conditional=False)
+
+#: ConnectX-5 with upstream rdma-core and stock firmware.
+CX5_UPSTREAM = CX5_100G_ROCE.replace(
+    name="cx5-upstream", wait_enable=False, masked_atomics=False, cas_on_wqe=True,
+    wqe_checks=True, indirect_keys="mlx5dv", strided_keys=False, native_conditional=False)
 
 IRDMA = CX5_100G_ROCE.replace(
     name="irdma",
@@ -96,11 +111,12 @@ IDEAL_BE = CX5_100G_ROCE.replace(
 )
 
 PROFILES: dict[str, NicProfile] = {
-    p.name: p for p in (CX5, IRDMA, IDEAL, IDEAL_BE, CX3_40G_IB, CX5_100G_ROCE)
+    p.name: p for p in (CX5, CX5_UPSTREAM, IRDMA, IDEAL, IDEAL_BE, CX3_40G_IB, CX5_100G_ROCE)
 }
 
 
-#: Variant suffixes: ``NAME+strided`` is profile NAME with strided keys.
+#: Variant suffixes: ``NAME+strided`` is profile NAME with strided keys (hypothetical: a
+#: what-if override, no NIC offers them).
 VARIANTS: dict[str, dict[str, object]] = {"strided": {"strided_keys": True}}
 #: Variants that are named wherever profiles are listed (``kbtpsim chains list``, the
 #: ``check`` campaigns): cx5 with strided keys, the chain designs' reference point.

@@ -1,4 +1,4 @@
-"""Memory regions, memory windows, strided keys and the protection check.
+"""Memory regions, memory windows, indirect and strided keys, and the protection check.
 
 A :class:`MemoryRegion` maps Tagged Offsets (TOs) of one STag to host addresses. As in
 InfiniBand the TO of an ordinary region is the virtual address itself (``base_to == addr``).
@@ -6,6 +6,13 @@ A *strided* region (a profile option, :attr:`NicProfile.strided_keys`) maps TO `
 + j`` to ``addr + entry_size * (k - base_index) + j`` (``j + length <= entry_size``), so a
 table index scattered straight into a WQE's address field (stride 1), or shifted by whole
 octets (stride 256, ...), finds its entry.
+
+An *indirect* key (:meth:`ProtectionTable.register_indirect`) is what an mlx5 UMR work
+request builds (:mod:`kbtpsim.nic.keys`): an interleaved (repeat block) or list layout of
+entries, each mapping octets of the key to memory of a direct region; an access is
+translated through the layout, then checked against the entry's region (range, and
+LOCAL_WRITE for a write). Each indirect key has a translation cost per access
+(``xlat_ps``, charged by the responder; an estimate, docs/nic-model.md).
 
 A memory window is a region whose range lies inside a parent region, bound to one QP: only
 that QP's incoming requests may use its STag, and it is invalidated by a received Send with
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from enum import IntFlag
 
 from kbtpsim.nic.errors import ProtectionError
+from kbtpsim.nic.keys import IndirectLayout
 
 
 class Access(IntFlag):
@@ -67,6 +75,7 @@ class MemoryRegion:
     entry_size: int = 0
     qpn: int | None = None
     in_nic_memory: bool = False
+    layout: IndirectLayout | None = None  #: an indirect (UMR-built) key's layout
 
     @property
     def lkey(self) -> int:
@@ -88,11 +97,13 @@ class MemoryRegion:
 class ProtectionTable:
     """All STags of one NIC (one protection domain)."""
 
-    __slots__ = ("_next_index", "_regions")
+    __slots__ = ("_next_index", "_regions", "xlat_ps")
 
     def __init__(self) -> None:
         self._regions: dict[int, MemoryRegion] = {}
         self._next_index = 1
+        #: STag -> extra translation time (ps) of each access through an indirect key
+        self.xlat_ps: dict[int, int] = {}
 
     def _new_stag(self, stag: int | None = None) -> int:
         """The next free STag, or ``stag`` if it is given, valid and unused."""
@@ -152,14 +163,36 @@ class ProtectionTable:
         self._regions[region.stag] = region
         return region
 
+    def register_indirect(self, layout: IndirectLayout, access: Access, *,
+                          xlat_ps: int = 0) -> MemoryRegion:
+        """An indirect key over ``layout`` (what a UMR WQE builds; its constraints are
+        checked by :func:`kbtpsim.nic.keys.check_layout` before this is called): TO
+        ``layout.start + off`` -> the entry holding layout offset ``off``. Every entry's
+        ``lkey`` must name a registered direct region (not a window, not indirect)."""
+        for e in layout.entries:
+            ref = self._regions.get(e.lkey)
+            if ref is None or ref.is_window or ref.layout is not None or ref.stride:
+                raise ProtectionError(f"indirect key entry names {e.lkey:#x}, which is not "
+                                      "a registered direct region")
+        if access & ~ALL_ACCESS or access & Access.MW_BIND:
+            raise ProtectionError(f"access bits {int(access):#x} not allowed on an "
+                                  "indirect key")
+        region = MemoryRegion(self._new_stag(), 0, layout.length, Access(access),
+                              layout.start, layout=layout)
+        self._regions[region.stag] = region
+        if xlat_ps:
+            self.xlat_ps[region.stag] = xlat_ps
+        return region
+
     def bind_window(
         self, parent: MemoryRegion, qpn: int, addr: int, length: int, access: Access,
         *, base_to: int | None = None, stag: int | None = None,
     ) -> MemoryRegion:
         """Bind a new type-2 memory window over part of ``parent`` to QP ``qpn``; its
         Tagged Offsets start at ``base_to`` (default ``addr``)."""
-        if parent.stag not in self._regions or parent.is_window or parent.stride:
-            raise ProtectionError("a window binds over a registered, non-strided region")
+        if parent.stag not in self._regions or parent.is_window or parent.stride or \
+                parent.layout is not None:
+            raise ProtectionError("a window binds over a registered, direct region")
         if not parent.access & Access.MW_BIND:
             raise ProtectionError(f"region {parent.stag:#x} lacks the MW_BIND right")
         if addr < parent.addr or addr + length > parent.addr + parent.length or length <= 0:
@@ -184,6 +217,7 @@ class ProtectionTable:
 
     def invalidate(self, stag: int) -> bool:
         """Invalidate a window's STag (Send with Invalidate, LOCAL_INV); False if unknown."""
+        self.xlat_ps.pop(stag, None)
         return self._regions.pop(stag, None) is not None
 
     def translate(
@@ -202,6 +236,8 @@ class ProtectionTable:
         off = to - region.base_to
         if off < 0 or length < 0:
             return -1
+        if region.layout is not None:
+            return self._indirect(region.layout, off, length, need)
         if region.stride:
             k, j = divmod(off, region.stride)
             if off >= region.length or j + length > region.entry_size:
@@ -210,3 +246,18 @@ class ProtectionTable:
         if off + length > region.length:
             return -1
         return region.addr + off
+
+    def _indirect(self, layout: IndirectLayout, off: int, length: int, need: int) -> int:
+        """Translate through an indirect key's layout, then check the entry's direct
+        region: the address range, and LOCAL_WRITE where the access writes."""
+        hit = layout.locate(off, length)
+        if hit is None:
+            return -1
+        entry, addr = hit
+        ref = self._regions.get(entry.lkey)
+        if ref is None or addr < ref.addr or addr + length > ref.addr + ref.length:
+            return -1
+        writes = need & (R_REMOTE_WRITE | R_REMOTE_ATOMIC | R_LOCAL_WRITE)
+        if writes and not int(ref.access) & R_LOCAL_WRITE:
+            return -1
+        return addr

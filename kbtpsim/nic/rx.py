@@ -274,12 +274,17 @@ class RxSide:
             PktKind.ATOMIC_REQ: self._r_atomic, PktKind.READ_RESP: self._r_read_resp,
             PktKind.ATOMIC_RESP: self._r_atomic_resp,
         }
+        xlat = nic.pt.xlat_ps  # indirect keys' translation cost (kbtpsim.nic.keys)
+        read_ps = round(nic.profile.read_req_cycles * nic.profile.cycle_ps)
         while True:
             if not rxq:
                 yield self._rx_sig.wait()
                 continue
             pkt = rxq.popleft()
-            yield env.timeout(nic.rx_unit.reserve(nic.rx_ps, pkt) - env.now)
+            cost = nic.rx_ps + xlat.get(pkt.rkey, 0)
+            if pkt.kind is PktKind.READ_REQ:
+                cost += read_ps
+            yield env.timeout(nic.rx_unit.reserve(cost, pkt) - env.now)
             yield from handlers[pkt.kind](pkt)
 
     def _r_ack(self, pkt: Packet) -> Gen:

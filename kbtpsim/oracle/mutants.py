@@ -300,11 +300,11 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("skip-session", skip_session, "requests are served on a connection whose "
            "session is not established", mix="invalid"),
     Mutant("cas-skip-generation", cas_skip_generation, "CAS-on-WQE: the CAS arming the "
-           "Generation marker compares nothing", mix="invalid", profile="cx5+strided"),
+           "Generation marker compares nothing", mix="invalid", profile="cx5"),
     Mutant("cas-skip-entry", cas_skip_entry, "CAS-on-WQE: the CASes arming the entry "
-           "markers compare nothing", mix="invalid", profile="cx5+strided"),
+           "markers compare nothing", mix="invalid", profile="cx5"),
     Mutant("cas-skip-length", cas_skip_length, "CAS-on-WQE: the CASes arming the "
-           "byte-count markers compare nothing", mix="invalid", profile="cx5+strided"),
+           "byte-count markers compare nothing", mix="invalid", profile="cx5"),
 )}
 
 

@@ -1,7 +1,7 @@
-"""Conditions lowered to CAS-on-WQE (RedN; decision C5) on ``cx5`` with strided keys.
+"""Conditions lowered to CAS-on-WQE (RedN; decision C5) on ``cx5`` (interleaved UMR keys).
 
 The runs of ``test_run.py``, ``test_alloc.py`` and ``test_fuzz.py`` include the profile
-``cx5+strided`` (their parametrisation); here: the lowering's shape and names, the
+``cx5`` (their parametrisation); here: the lowering's shape and names, the
 verifier's rules for it (each with a deliberately broken chain), and the message-length
 cases of ``test_length.py`` on the lowered chains, compared with the software target.
 """
@@ -87,7 +87,7 @@ def test_eight_compared_octets_take_two_fenced_cases() -> None:
 # ------------------------------------------------------------------ verifier rules
 
 
-def test_lowered_chains_verify_on_cx5_with_strided_keys() -> None:
+def test_lowered_chains_verify_on_cx5() -> None:
     for v in VARIANTS:
         assert verify(_lowered(v), CX5S) == [], v
 
@@ -183,14 +183,16 @@ def test_rule_capability_cas_on_wqe_and_masked_atomics() -> None:
 # ------------------------------------------------------------------ plan and explain
 
 
-def test_plain_cx5_names_only_the_strided_keys() -> None:
+def test_plain_cx5_offloads_and_a_keyless_cx5_names_only_the_table_key() -> None:
+    bare = PROFILES["cx5-100g-roce"]  # cx5's timing and cross-channel, no UMR keys
     for op in ("load", "store_inline", "store_read", "alloc_inline", "alloc_read"):
-        d = decide(op, PROFILES["cx5"], False)
+        d = decide(op, bare, False)
         assert d.lowering == "cas" and not d.offloaded
         text = explain([d])
-        assert "'strided_keys'" in text and "decision D4" in text
+        assert "'indirect_keys'" in text and "decision D4" in text
         assert "native_conditional" not in text
         assert "CAS-on-WQE" in text
+        assert decide(op, PROFILES["cx5"], False).offloaded
     ok = decide("alloc_inline", CX5S, False)
     assert ok.offloaded and "OFFLOADED" in show(ok) and ".cas " in show(ok)
 
@@ -200,7 +202,7 @@ def test_plain_cx5_names_only_the_strided_keys() -> None:
 
 def test_length_mismatches_on_the_lowered_chains() -> None:
     """``test_length.py``'s requests (trailing octets, short and long inline data) on
-    cx5+strided: the CPU answers them exactly as the software target; the well-formed
+    cx5: the CPU answers them exactly as the software target; the well-formed
     ones are served by the chains as on ideal-be."""
     h = Harness(CX5S, False)
     h.write_ibuf(1 << 20, DATA[::-1])

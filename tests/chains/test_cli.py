@@ -107,4 +107,14 @@ def test_cx5_with_strided_keys_by_name(capsys: pytest.CaptureFixture[str]) -> No
     assert ".cas " in capsys.readouterr().out  # the arming CASes (decision C5)
     assert run(["chains", "explain", "LOAD", "--nic", "cx5"]) == 0
     out = capsys.readouterr().out
-    assert "SOFTWARE" in out and "'strided_keys'" in out and "native_conditional" not in out
+    assert "on cx5, ADDR_LE off: offloaded to the NIC" in out and "SOFTWARE" not in out
+
+
+def test_explain_on_upstream_names_blockers_and_unblockers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for op in ("LOAD", "STORE", "ALLOC_STORE"):
+        assert run(["chains", "explain", op, "--nic", "cx5-upstream"]) == 0
+        out = capsys.readouterr().out
+        assert "SOFTWARE" in out and "what would unblock it:" in out
+        for cap in ("wait_enable:", "wqe_checks:", "indirect_keys:", "masked_atomics:"):
+            assert cap in out, (op, cap)

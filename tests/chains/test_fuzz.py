@@ -79,7 +79,7 @@ def test_random_mix_agrees_with_the_software_target(profile: str, addr_le: bool,
                                                     seed: int, p_inv: float) -> None:
     """``inv-mixed``: INVALIDATE set on about half the requests, so a credit whose
     completion WQE was patched to Send with Invalidate is re-posted for one without.
-    ``cx5+strided``: conditions as CAS-on-WQE (decision C5)."""
+    ``cx5``: conditions as CAS-on-WQE (decision C5)."""
     rnd = random.Random(seed)
     h = Harness(CX5S_PROFILE if profile == CX5S[0] else profile, addr_le, quota=6, blocks=8,
                 credits=3)
@@ -91,7 +91,7 @@ def test_random_mix_agrees_with_the_software_target(profile: str, addr_le: bool,
 
 @pytest.mark.parametrize("p_inv", [0.0, 0.5], ids=["inv-clear", "inv-mixed"])
 def test_random_mix_on_cas_lowered_chains(p_inv: float) -> None:
-    """The first seed on ``cx5+strided`` (all seeds: ``-m slow``)."""
+    """The first seed on ``cx5`` (all seeds: ``-m slow``)."""
     test_random_mix_agrees_with_the_software_target(*CX5S, 0, p_inv)
 
 

@@ -10,11 +10,13 @@ from kbtpsim.chains.measure import measure
 from kbtpsim.chains.plan import decide, lowering_for
 from kbtpsim.nic import PROFILES
 
-#: cx5 with strided keys: no native conditional WRs, conditions as CAS-on-WQE (C5)
+#: cx5 with (hypothetical) strided keys: the what-if override; conditions as CAS-on-WQE (C5)
 CX5S = PROFILES["cx5"].replace(name="cx5+strided", strided_keys=True)
 GRID = {**PROFILES, CX5S.name: CX5S}
+#: plain cx5 (RedN's stack: interleaved UMR table key) offloads every variant without ADDR_LE
 OFFLOADED = {("ideal", True, v) for v in ("load", "store_inline", "store_read")} | {
-    ("ideal-be", False, v) for v in VARIANTS} | {("cx5+strided", False, v) for v in VARIANTS}
+    ("ideal-be", False, v) for v in VARIANTS} | {
+    (p, False, v) for v in VARIANTS for p in ("cx5", "cx5+strided")}
 
 
 @pytest.mark.parametrize("profile", sorted(GRID))
@@ -25,25 +27,43 @@ def test_decision_grid(profile: str, addr_le: bool) -> None:
         assert d.offloaded == ((profile, addr_le, v) in OFFLOADED), (profile, addr_le, v)
         if not d.offloaded:
             assert d.reasons()  # never silently software
-        assert d.lowering == ("cas" if profile in ("cx5", "cx5+strided", "cx5-100g-roce")
-                              else "native")
+        assert d.lowering == ("cas" if profile in ("cx5", "cx5+strided", "cx5-100g-roce",
+                                                   "cx5-upstream") else "native")
 
 
 def test_reasons_name_the_missing_capability_or_byte_order() -> None:
-    cx5 = " ".join(decide("load", PROFILES["cx5"], False).reasons())
-    assert "'strided_keys'" in cx5 and "decision D4" in cx5
-    # conditions are CAS-on-WQE on cx5 (C5): conditional execution is not a reason
-    assert "native_conditional" not in cx5 and "conditional" not in cx5
-    assert "byte-order" not in cx5  # big-endian WQEs, no ADDR_LE: orders match
+    # the calibration profile has cx5's timing and cross-channel but no UMR keys
+    bare = PROFILES["cx5-100g-roce"]
+    text = " ".join(decide("load", bare, False).reasons())
+    assert "'indirect_keys'" in text and "decision D4" in text
+    # conditions are CAS-on-WQE there (C5): conditional execution is not a reason
+    assert "native_conditional" not in text and "conditional" not in text
+    assert "byte-order" not in text  # big-endian WQEs, no ADDR_LE: orders match
     for v in VARIANTS:
-        reasons = decide(v, PROFILES["cx5"], False).reasons()
-        assert len(reasons) == 1 and "'strided_keys'" in reasons[0], (v, reasons)
+        reasons = decide(v, bare, False).reasons()
+        assert len(reasons) == 1 and "'indirect_keys'" in reasons[0], (v, reasons)
+    # upstream rdma-core + stock firmware: every blocker named
+    up = " ".join(decide("alloc_inline", PROFILES["cx5-upstream"], False).reasons())
+    for needle in ("'wait_enable'", "'masked_atomics'", "'wqe_checks'", "zero-based"):
+        assert needle in up, needle
     assert lowering_for(PROFILES["irdma"]) == "native"  # no cas_on_wqe, no WAIT/ENABLE
     irdma = " ".join(decide("load", PROFILES["irdma"], False).reasons())
     assert "big-endian but irdma WQE fields are little-endian" in irdma
     assert "'wait_enable'" in irdma
     alloc = " ".join(decide("alloc_inline", PROFILES["ideal"], True).reasons())
     assert "Ticket is little-endian" in alloc and "big-endian word" in alloc
+
+
+def test_explain_names_what_unblocks_upstream() -> None:
+    from kbtpsim.chains.plan import decide_op
+    from kbtpsim.chains.render import explain
+
+    for op in ("LOAD", "STORE", "ALLOC_STORE"):
+        text = explain(decide_op(op, PROFILES["cx5-upstream"], False))
+        assert "what would unblock it:" in text
+        assert "IBV_EXP_WR_CQE_WAIT" in text and "disable_wqe_checks.sh" in text
+        assert "offloaded to the NIC" not in text
+        assert "offloaded to the NIC" in explain(decide_op(op, PROFILES["cx5"], False))
 
 
 @pytest.mark.parametrize(("lo", "hi", "block"), [
@@ -57,7 +77,7 @@ def test_aligned_block(lo: int, hi: int, block: tuple[int, int]) -> None:
 def test_measure_fast_path_costs_no_request_cpu() -> None:
     fast = measure("ideal", "LOAD", 4096)
     assert fast.served == "NIC" and fast.cpu_ns_per_op == 0 and fast.refill_ns_per_op > 0
-    slow = measure("cx5", "LOAD", 4096)
+    slow = measure("cx5-upstream", "LOAD", 4096)
     assert slow.served == "CPU" and slow.cpu_ns_per_op > 0
 
 

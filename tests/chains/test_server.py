@@ -144,8 +144,19 @@ def test_ideal_be_fast_path_on_the_nic_rest_on_the_cpu(inv: bool) -> None:
     assert _mismatches(srv, ini) == []
 
 
-def test_cx5_everything_on_the_cpu_same_results() -> None:
+def test_cx5_offloads_with_its_umr_keys_same_results() -> None:
     srv, ini, results = _run("cx5")
+    assert set(srv.offloaded(ini.conn)) == {  # type: ignore[arg-type]
+        "load", "store_inline", "store_read", "alloc_inline", "alloc_read"}
+    assert sum(v["nic"] for v in srv.op_report().values()) > 0
+    assert ini.received == _completions(srv, ini)
+    assert _mismatches(srv, ini) == []
+    _, _, be_results = _run("ideal-be")
+    assert [r.completion for r in results] == [r.completion for r in be_results]
+
+
+def test_cx5_upstream_everything_on_the_cpu_same_results() -> None:
+    srv, ini, results = _run("cx5-upstream")
     rep = srv.op_report()
     assert srv.offloaded(ini.conn) == ()  # type: ignore[arg-type]
     assert all(v["nic"] == 0 for v in rep.values())

@@ -30,7 +30,7 @@ def rows() -> dict[int, list[str]]:
 
 
 def test_every_row_numbered_once() -> None:
-    assert sorted(rows()) == list(range(1, 11))
+    assert sorted(rows()) == list(range(1, 15))
 
 
 def test_published_rows_are_in_the_table() -> None:
@@ -60,3 +60,25 @@ def test_nic_model_calibration_table_is_current(capsys: pytest.CaptureFixture[st
     table = capsys.readouterr().out
     doc = (DOC.parent / "nic-model.md").read_text(encoding="utf-8")
     assert table in doc, "docs/nic-model.md is stale: python benchmarks/nic_calibration.py"
+
+
+def test_calibration_page_carries_the_same_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/calibration.md shows the same model-vs-published table, with in/out-of-sample
+    marks and the per-profile out-of-sample geomean error."""
+    import runpy
+
+    mod = runpy.run_path(str(DOC.parents[1] / "benchmarks" / "nic_calibration.py"))
+    assert mod["main"]([]) == 0
+    table = capsys.readouterr().out
+    assert table in TEXT, "docs/calibration.md is stale: python benchmarks/nic_calibration.py"
+    assert "Out-of-sample geomean error, cx3-40g-ib:" in table
+    assert "| in |" in table and "| out |" in table
+
+
+def test_every_published_row_is_marked() -> None:
+    from kbtpsim.nic.calibration import compare_published, geomean_error
+
+    rows = compare_published()
+    err, n = geomean_error(rows, "cx3-40g-ib")
+    assert n >= 10 and err == err  # not NaN: the cx3 profile has out-of-sample figures
+    assert any(r["in_sample"] for r in rows) and any(not r["in_sample"] for r in rows)
