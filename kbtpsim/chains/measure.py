@@ -135,7 +135,8 @@ def listings() -> dict[str, str]:
 def write_assets(root: Path) -> None:
     """docs/chains/*.png and *.txt: every variant on ideal with ADDR_LE (ALLOC_STORE
     rejected), LOAD and ALLOC_STORE on ideal-be and cx5 (offloaded) and LOAD on
-    cx5-upstream (rejected), drawn and listed. Deterministic: on an unchanged tree it rewrites the same octets."""
+    cx5-upstream (rejected), drawn and listed. Deterministic: on an unchanged tree it
+    rewrites the same octets."""
     from kbtpsim.chains.plan import decide
     from kbtpsim.chains.render import draw
 

@@ -2,9 +2,10 @@
 
 ``PUBLISHED`` copies the rows of the calibration sources table (``docs/calibration.md``)
 that a nicbench test measures, each marked in-sample (a parameter was fitted to it) or
-out-of-sample; :func:`geomean_error` is a profile's error over its out-of-sample rows; :func:`compare_published` runs those tests on the
-calibration profiles and returns each model figure beside the published one with its
-relative error (the table in ``docs/nic-model.md`` is its output, printed by
+out-of-sample; :func:`geomean_error` is a profile's error over its out-of-sample rows;
+:func:`compare_published` runs those tests on the calibration profiles and returns each
+model figure beside the published one with its relative error (the tables in
+``docs/nic-model.md`` and ``docs/calibration.md`` are its output, printed by
 ``benchmarks/nic_calibration.py``).
 """
 
