@@ -78,11 +78,14 @@ def best_addr_le(profile: str) -> bool:
     return profile_named(profile).wqe_field_byte_order == "little"
 
 
-def measure(profile: str, op: str, block_size: int, n: int = 3,
+def measure(profile: str | NicProfile, op: str, block_size: int, n: int = 3,
             addr_le: bool | None = None) -> Sample:
-    """Latency of the ``n``-th request of ``op`` (steady state) and its CPU cost."""
-    le = best_addr_le(profile) if addr_le is None else addr_le
-    h = Harness(profile_named(profile), le, block_size=block_size, blocks=8, quota=8)
+    """Latency of the ``n``-th request of ``op`` (steady state) and its CPU cost
+    (``profile``: a name, or a profile, e.g. one with overridden parameters)."""
+    prof = profile_named(profile) if isinstance(profile, str) else profile
+    profile = prof.name
+    le = prof.wqe_field_byte_order == "little" if addr_le is None else addr_le
+    h = Harness(prof, le, block_size=block_size, blocks=8, quota=8)
     msgs = _requests(h, op, block_size, n)
     res = h.run(msgs[:2])
     cpu0, refill0 = res.cpu_request_ps, res.refill_ps
@@ -94,6 +97,40 @@ def measure(profile: str, op: str, block_size: int, n: int = 3,
     served = "NIC" if res.served.get(last) else "CPU"
     return Sample(profile, le, op, block_size, res.latency_ps[last] / 1000, served,
                   (res.cpu_request_ps - cpu0) / 1000 / n, (res.refill_ps - refill0) / 1000 / n)
+
+
+#: The estimated costs the chains' verdict depends on, with a plausible range each (no
+#: published per-WR figure: docs/calibration.md). WAIT and ENABLE have no parameter of
+#: their own: they cost what any WR costs (doorbell-free fetch and decode), so
+#: ``fetch_cycles`` stands for them; a CAS on a WQE is an atomic (``atomic_cycles``).
+ESTIMATES: dict[str, tuple[float, ...]] = {
+    "fetch_cycles": (5, 10, 20, 40, 80),  # default 10
+    "atomic_cycles": (10, 30, 60, 120, 240),  # default 30
+    "loopback_ns": (0, 50, 100, 200, 400),  # default 50
+    "indirect_xlat_ns": (0, 20, 50, 100, 200),  # default 20
+    "cpu_post_ns": (20, 40, 60, 100, 150),  # default 60
+    "pcie_latency_ns": (100, 150, 200, 250, 300),  # default 200 (cx5: an estimate)
+}
+
+
+def sensitivity(param: str, values: tuple[float, ...], block_size: int = 4096,
+                offload: str = "cx5", software: str = "cx5-upstream") -> list[dict[str, float]]:
+    """Per value of ``param``: LOAD latency offloaded (``offload``'s chains) and in
+    software (``software``: the same timing, nothing offloaded), their ratio, and the
+    target CPU per request of each (offload: re-posting the chain; software: serving it
+    and re-posting the dispatch prefix)."""
+    out = []
+    for v in values:
+        kw = {param: type(getattr(profile_named(offload), param))(v)}
+        off = measure(profile_named(offload).replace(**kw), "LOAD", block_size)
+        sw = measure(profile_named(software).replace(**kw), "LOAD", block_size)
+        assert off.served == "NIC" and sw.served == "CPU", (off, sw)
+        out.append({"value": v, "offload_us": off.latency_ns / 1000,
+                    "software_us": sw.latency_ns / 1000,
+                    "ratio": off.latency_ns / sw.latency_ns,
+                    "offload_cpu_ns": off.cpu_ns_per_op + off.refill_ns_per_op,
+                    "software_cpu_ns": sw.cpu_ns_per_op + sw.refill_ns_per_op})
+    return out
 
 
 def table(samples: list[Sample]) -> str:
