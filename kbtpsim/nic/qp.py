@@ -37,6 +37,7 @@ from kbtpsim.nic.qpstate import QpState
 from kbtpsim.nic.rx import RxSide, Signal
 from kbtpsim.nic.sq_ops import SendOps
 from kbtpsim.nic.units import Gen
+from kbtpsim.nic.wake import Wake
 from kbtpsim.nic.wqe import (
     ATOMIC_OPS,
     MASKED_OPS,
@@ -145,14 +146,13 @@ class QueuePair(RxSide, SendOps):
         self.next_seq = 0
         self.last_rd: simpy.Event | None = None
         self.rd_outstanding = 0
-        self._fetch_sig = Signal(env)
+        self._fetch_sig = Wake(env, self._fetch_next)
         self._exec_sig = Signal(env)
-        self._tx_sig = Signal(env)
-        self._cmp_sig = Signal(env)
+        self._tx_sig = Wake(env, self._tx_next)
+        self._cmp_sig = Wake(env, self._cmp_run)
         self._rd_sig = Signal(env)
         self._init_rx(rq_depth, rq_addr, rq_mr)
-        for proc in (self._fetcher, self._executor, self._transmitter, self._completer,
-                     self._receiver):
+        for proc in (self._executor, self._receiver):
             env.process(proc())
 
     # ------------------------------------------------------------------ software API
@@ -275,34 +275,33 @@ class QueuePair(RxSide, SendOps):
         if tracer is not None:
             tracer.mark(self.nic.name, self.qpn, index, phase, self.env.now)
 
-    def _fetcher(self) -> Gen:
-        """Issue WQE fetch DMAs (pipelined: each batch's latency overlaps the next)."""
+    def _fetch_next(self, _ev: simpy.Event | None = None) -> None:
+        """Issue WQE fetch DMAs (pipelined: each batch's latency overlaps the next); a
+        chain of callbacks (kbtpsim.nic.wake)."""
         nic = self.nic
         prof = nic.profile
         depth, stride = self.sq_depth, self.stride
-        batch_max = max(1, prof.pcie_mrrs // stride)
-        while True:
-            limit = self.enable_limit if self.managed else self.db_index
-            top = min(limit, self.exec_index + 1 + prof.prefetch_depth)
-            start = self.fetch_issue
-            if self.state is QpState.ERROR or start >= top or self.fetch_barrier >= 0:
-                yield self._fetch_sig.wait()
-                continue
-            if self.fault_hook is not None:  # a stalled WQE fetch (fault injection)
-                stall = self.fault_hook("fetch", start)
-                if stall:
-                    yield self.env.timeout(stall)
-                    continue
-            n = min(top - start, batch_max, depth - start % depth)
-            env = self.env
-            label = self._label("fetch", start)
-            issued = nic.fetch_unit.reserve(nic.fetch_ps, label)
-            self.fetch_issue = start + n
-            arrived = nic.pcie.read_done(self.wqe_addr(start), n * stride, label, issued)
-            ev = env.timeout(arrived - env.now)
-            ev.callbacks.append(lambda _e, s=start, k=n, g=self.fetch_gen:
-                                self._fetch_arrived(s, k, g))
-            yield env.timeout(issued - env.now)
+        limit = self.enable_limit if self.managed else self.db_index
+        top = min(limit, self.exec_index + 1 + prof.prefetch_depth)
+        start = self.fetch_issue
+        env = self.env
+        if self.state is QpState.ERROR or start >= top or self.fetch_barrier >= 0:
+            self._fetch_sig.arm()
+            return
+        if self.fault_hook is not None:  # a stalled WQE fetch (fault injection)
+            stall = self.fault_hook("fetch", start)
+            if stall:
+                env.timeout(stall).callbacks.append(self._fetch_next)
+                return
+        n = min(top - start, max(1, prof.pcie_mrrs // stride), depth - start % depth)
+        label = self._label("fetch", start)
+        issued = nic.fetch_unit.reserve(nic.fetch_ps, label)
+        self.fetch_issue = start + n
+        arrived = nic.pcie.read_done(self.wqe_addr(start), n * stride, label, issued)
+        ev = env.timeout(arrived - env.now)
+        ev.callbacks.append(lambda _e, s=start, k=n, g=self.fetch_gen:
+                            self._fetch_arrived(s, k, g))
+        env.timeout(issued - env.now).callbacks.append(self._fetch_next)
 
     def _fetch_arrived(self, start: int, n: int, gen: int) -> None:
         """A fetch DMA completed: the bytes are a snapshot taken now."""
@@ -399,33 +398,44 @@ class QueuePair(RxSide, SendOps):
         if not ctx.done.triggered:
             ctx.done.succeed(status)
 
-    def _transmitter(self) -> Gen:
+    # transmitter: sends the QP's packets in order, each when its payload DMA is in (a
+    # chain of callbacks on the events a process would wait for: kbtpsim.nic.wake)
+    def _tx_next(self, _ev: simpy.Event | None = None) -> None:
+        txq = self.txq
+        if not txq:
+            self._tx_sig.arm()
+            return
+        ready = txq[0].ready
+        if ready is not None and not ready.processed:
+            ready.callbacks.append(self._tx_go)  # type: ignore[union-attr]
+        else:
+            self._tx_go(None)
+
+    def _tx_go(self, _ev: simpy.Event | None) -> None:
         nic = self.nic
         env = self.env
-        txq = self.txq
-        while True:
-            if not txq:
-                yield self._tx_sig.wait()
-                continue
-            pkt = txq[0]
-            if pkt.ready is not None and not pkt.ready.processed:
-                yield pkt.ready
-            txq.popleft()
-            yield env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt) - env.now)
-            out, peer = self.out, self.peer
-            if out is not None and peer is not None:
-                out.send(pkt, peer.deliver)
+        pkt = self.txq.popleft()
+        ev = env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt) - env.now, pkt)
+        ev.callbacks.append(self._tx_sent)
 
-    def _completer(self) -> Gen:
+    def _tx_sent(self, ev: simpy.Event) -> None:
+        out, peer = self.out, self.peer
+        if out is not None and peer is not None:
+            out.send(ev.value, peer.deliver)
+        self._tx_next()
+
+    # completer: retires WRs in order and writes CQEs (a chain of callbacks)
+    def _cmp_run(self, _ev: simpy.Event | None = None) -> None:
         nic = self.nic
         pending = self.pending
         while True:
             if not pending:
-                yield self._cmp_sig.wait()
-                continue
+                self._cmp_sig.arm()
+                return
             ctx = pending[0]
             if not ctx.done.triggered:
-                yield ctx.done
+                ctx.done.callbacks.append(self._cmp_run)  # type: ignore[union-attr]
+                return
             pending.popleft()
             status: WcStatus = ctx.done.value
             if status is not WcStatus.SUCCESS and self.state is not QpState.ERROR:

@@ -18,6 +18,7 @@ from kbtpsim.nic.packet import Packet, PktKind
 from kbtpsim.nic.protection import R_LOCAL_READ, R_LOCAL_WRITE
 from kbtpsim.nic.rx import Signal, gather
 from kbtpsim.nic.units import Gen
+from kbtpsim.nic.wake import Wake
 from kbtpsim.nic.wqe import WRITE_OPS, Opcode, Sge, WorkRequest
 from kbtpsim.nic.wrctx import WrContext
 
@@ -40,7 +41,7 @@ class SendOps:
     next_seq: int
     last_rd: simpy.Event | None
     rd_outstanding: int
-    _tx_sig: Signal
+    _tx_sig: Wake
     _rd_sig: Signal
     fault_hook: Callable[[str, int], int] | None
 
