@@ -204,6 +204,30 @@ def blocking(d: Decision) -> list[str]:
     return caps
 
 
+def _key_line(d: Decision) -> str:
+    """How the table key is built on the decision's profile (a UMR key: its layout, the
+    UMR WQE's size and setup cost, the translation cost per access), or ""."""
+    from kbtpsim.nic.keys import KeyLayoutError, plan_table_key, umr_cost
+    from kbtpsim.nic.profiles import get_profile
+
+    try:
+        prof = get_profile(d.profile)
+    except ValueError:
+        return ""
+    if prof.strided_keys or prof.indirect_keys != "exp_umr":
+        return ""
+    try:
+        plan = plan_table_key(prof.indirect_keys, 0x4000, 256)
+    except KeyLayoutError as exc:  # pragma: no cover - the example table always fits
+        return f"table key: {exc}"
+    cost = umr_cost(prof, plan.layout)
+    return (f"table key: interleaved UMR key (per handle a 16-octet entry + a 240-octet "
+            f"filler, starting at TO Table Base Handle << 8), built once by a "
+            f"{cost.wqe_octets}-octet UMR WQE: {cost.cpu_ns:.0f} ns CPU, "
+            f"{cost.nic_ps / 1000:.0f} ns NIC (umr_cycles an estimate); "
+            f"+{prof.indirect_xlat_ns:g} ns per access (indirect_xlat_ns, an estimate)")
+
+
 def explain(decisions: list[Decision]) -> str:
     out = []
     for d in decisions:
@@ -224,6 +248,9 @@ def explain(decisions: list[Decision]) -> str:
         for what, where, why in VALIDATIONS[d.variant]:
             where = where if d.offloaded else "CPU"
             out.append(f"    {what:<44} {where:<16} {why if d.offloaded else '(software)'}")
+        keys = _key_line(d)
+        if keys:
+            out.append(f"  {keys}")
         if d.offloaded:
             out.append("  known limits:")
             out += [f"    {x}" for x in LIMITS]

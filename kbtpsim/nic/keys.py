@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from kbtpsim.nic.profile import NicProfile
+
 #: API flavours (``NicProfile.indirect_keys``)
 NONE = "none"
 EXP_UMR = "exp_umr"  #: MLNX_OFED 4.x ibv_exp_post_send(IBV_EXP_WR_UMR_FILL)
@@ -170,20 +172,18 @@ class UmrCost:
     nic_ps: int  #: doorbell seen, WQE fetched by DMA, mkey context and entries written
 
 
-def umr_cost(profile: object, layout: IndirectLayout) -> UmrCost:
+def umr_cost(profile: NicProfile, layout: IndirectLayout) -> UmrCost:
     """The cost of the UMR WQE that builds ``layout`` on ``profile``'s NIC: the CPU posts
     it (``cpu_post_ns`` + ``cpu_doorbell_ns``), the NIC sees the doorbell (``mmio_ns``),
     fetches the WQE by DMA (a PCIe read: ``pcie_latency_ns`` twice, ``host_mem_ns``,
     the octets at ``pcie_gbps``) and writes the mkey (``umr_cycles``, an estimate)."""
     p = profile
     size = umr_wqe_size(layout)
-    fetch_ns = 2 * p.pcie_latency_ns + p.host_mem_ns + size * 8 / p.pcie_gbps  # type: ignore[attr-defined]
-    cyc_ns = 1000.0 / p.clock_mhz  # type: ignore[attr-defined]
-    nic_ns = (p.mmio_ns + fetch_ns  # type: ignore[attr-defined]
-              + (p.doorbell_cycles + p.decode_cycles + p.umr_cycles  # type: ignore[attr-defined]
-                 + p.cqe_cycles) * cyc_ns)  # type: ignore[attr-defined]
-    return UmrCost(size, p.cpu_post_ns + p.cpu_doorbell_ns,  # type: ignore[attr-defined]
-                   round(nic_ns * 1000))
+    fetch_ns = 2 * p.pcie_latency_ns + p.host_mem_ns + size * 8 / p.pcie_gbps
+    cyc_ns = 1000.0 / p.clock_mhz
+    nic_ns = p.mmio_ns + fetch_ns + (
+        p.doorbell_cycles + p.decode_cycles + p.umr_cycles + p.cqe_cycles) * cyc_ns
+    return UmrCost(size, p.cpu_post_ns + p.cpu_doorbell_ns, round(nic_ns * 1000))
 
 
 # --------------------------------------------------------------------- the chains' keys

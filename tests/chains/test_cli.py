@@ -108,6 +108,7 @@ def test_cx5_with_strided_keys_by_name(capsys: pytest.CaptureFixture[str]) -> No
     assert run(["chains", "explain", "LOAD", "--nic", "cx5"]) == 0
     out = capsys.readouterr().out
     assert "on cx5, ADDR_LE off: offloaded to the NIC" in out and "SOFTWARE" not in out
+    assert "table key: interleaved UMR key" in out and "192-octet UMR WQE" in out
 
 
 def test_explain_on_upstream_names_blockers_and_unblockers(
