@@ -84,6 +84,7 @@ ATOMIC_OPS = frozenset({Opcode.CAS, Opcode.FETCH_ADD, Opcode.MASKED_CAS, Opcode.
 MASKED_OPS = frozenset({Opcode.MASKED_CAS, Opcode.MASKED_FETCH_ADD})
 RADDR_OPS = WRITE_OPS | ATOMIC_OPS | {Opcode.RDMA_READ}
 DATA_OPS = SEND_OPS | WRITE_OPS | {Opcode.RDMA_READ}
+_SEND_WRITE_OPS = SEND_OPS | WRITE_OPS
 _OPCODES = {int(op): op for op in Opcode}
 _CACHE_MAX = 4096
 _FLAGS = [WqeFlags(i & 0x4B) for i in range(256)]
@@ -143,15 +144,18 @@ class WorkRequest:
     wr_id: int = field(default=0, compare=False)  #: not encoded, not compared
 
     def __post_init__(self) -> None:
-        if not isinstance(self.opcode, Opcode):
-            object.__setattr__(self, "opcode", Opcode(self.opcode))
-        if self.inline_data is not None and self.opcode not in SEND_OPS | WRITE_OPS:
-            raise ValueError(f"inline data is only for SEND/WRITE, not {self.opcode.name}")
-        if self.opcode in ATOMIC_OPS and len(self.sges) != 1:
-            raise ValueError(f"{self.opcode.name} needs exactly one 8-octet result SGE")
-        if self.opcode in ATOMIC_OPS and self.sges[0].length != 8:
-            raise ValueError("the atomic result SGE must be 8 octets long")
-        if self.cond is not None and not self.flags & WqeFlags.CONDITIONAL:
+        opcode = self.opcode
+        if not isinstance(opcode, Opcode):
+            opcode = Opcode(opcode)
+            object.__setattr__(self, "opcode", opcode)
+        if self.inline_data is not None and opcode not in _SEND_WRITE_OPS:
+            raise ValueError(f"inline data is only for SEND/WRITE, not {opcode.name}")
+        if opcode in ATOMIC_OPS:
+            if len(self.sges) != 1:
+                raise ValueError(f"{opcode.name} needs exactly one 8-octet result SGE")
+            if self.sges[0].length != 8:
+                raise ValueError("the atomic result SGE must be 8 octets long")
+        if self.cond is not None and not int(self.flags) & 0x01:  # CONDITIONAL
             object.__setattr__(self, "flags", self.flags | WqeFlags.CONDITIONAL)
 
     @property
@@ -198,8 +202,24 @@ _S = {
 }
 
 
-def _segments(opcode: Opcode, conditional: bool, n_data: int, inline_len: int | None) -> list:
-    """Segment names and sizes after the control segment."""
+_SEGMENTS: dict[tuple[Opcode, bool, int, int | None], tuple[tuple[str, int], ...]] = {}
+
+
+def _segments(opcode: Opcode, conditional: bool, n_data: int,
+              inline_len: int | None) -> tuple[tuple[str, int], ...]:
+    """Segment names and sizes after the control segment (memoised: a pure function of
+    its arguments, of which few combinations occur)."""
+    key = (opcode, conditional, n_data, inline_len)
+    segs = _SEGMENTS.get(key)
+    if segs is None:
+        if len(_SEGMENTS) >= _CACHE_MAX:
+            _SEGMENTS.clear()
+        segs = _SEGMENTS[key] = tuple(_layout(opcode, conditional, n_data, inline_len))
+    return segs
+
+
+def _layout(opcode: Opcode, conditional: bool, n_data: int,
+            inline_len: int | None) -> list[tuple[str, int]]:
     segs: list[tuple[str, int]] = []
     if conditional:
         segs.append(("cond", 32))
