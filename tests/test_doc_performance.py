@@ -1,0 +1,50 @@
+"""The commands of docs/performance.md run, at reduced size: the speed benchmark on one
+small case, and the pinned-results regeneration in --check mode (a test never rewrites
+the golden files)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "performance.md"
+
+
+def commands() -> list[str]:
+    out = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", PAGE.read_text(), re.S):
+        for line in block.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith(("python benchmarks/speed.py", "python -m tests.run.regen_golden")):
+                out.append(line)
+    return out
+
+
+def test_the_documented_commands_are_found() -> None:
+    found = commands()
+    assert any(c.startswith("python benchmarks/speed.py") for c in found)
+    assert any(c.startswith("python -m tests.run.regen_golden") for c in found)
+
+
+@pytest.mark.parametrize("command", commands())
+def test_documented_command_runs(command: str, tmp_path: Path) -> None:
+    argv = shlex.split(command)[1:]
+    if argv[0] == "benchmarks/speed.py":
+        if "--against" in argv:  # another tree: this one stands in for it
+            argv[argv.index("--against") + 1] = str(REPO)
+        argv += ["--scale", "0.005", "--cases", "quickstart"]  # later options win
+    else:
+        argv = ["-m", "tests.run.regen_golden", "--check", "quickstart"]  # never rewrite
+    proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if argv[0] == "benchmarks/speed.py":
+        assert re.search(r"^quickstart\s+full\s+this\s+\d+", proc.stdout, re.M), proc.stdout
+    else:
+        assert "quickstart: unchanged" in proc.stdout, proc.stdout
