@@ -3,7 +3,9 @@
 A QP's send ring is real bytes: ``sq_depth`` slots of ``NicProfile.sq_wqe_size`` octets in
 host memory (or NIC device memory), registered as ``qp.sq_mr`` so that NIC operations can
 overwrite WQEs. ``post_send`` encodes a WR into the next slot; ``ring_doorbell`` makes the NIC
-see it (MMIO, BlueFlame when one WQE is pending). Four processes run each QP's send side:
+see it (MMIO, BlueFlame when one WQE is pending). Four stages run each QP's send side (the
+executor a simpy process, the others chains of callbacks on the same events,
+:mod:`kbtpsim.nic.wake`):
 
 * fetcher: DMA-reads WQEs in batches, up to ``prefetch_depth`` beyond the executing one,
   never past the doorbell (or, on a *managed* QP, past the ENABLEd index) and, unless the
