@@ -211,7 +211,8 @@ OFFLOAD: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("case", ["ideal-be", "ideal", "keep_load", "cx5", "partial"])
+@pytest.mark.parametrize(
+    "case", ["ideal-be", "ideal", "keep_load", "cx5", "cx5-upstream", "partial"])
 def test_offloaded_target_passes_the_oracle(case: str) -> None:
     """mode: offload: the NIC serves the full-block fast paths its profile verifies
     (docs/chains.md), the CPU the rest; every completion and the final state match the
@@ -222,8 +223,10 @@ def test_offloaded_target_passes_the_oracle(case: str) -> None:
         tgt["nic"]["profile"] = "ideal"
     elif case == "keep_load":
         tgt["operations"] = {"load": "software"}
-    elif case == "cx5":  # no chain verifies: all on the CPU
+    elif case == "cx5":  # RedN's stack: every variant in CAS-on-WQE chains, UMR keys
         tgt["nic"]["profile"] = "cx5"
+    elif case == "cx5-upstream":  # no chain verifies: all on the CPU
+        tgt["nic"]["profile"] = "cx5-upstream"
     elif case == "partial":  # partial blocks: outside the fast paths
         for ini in data["initiators"]:
             ini["workload"]["length"] = {"value": 1000}
@@ -234,7 +237,8 @@ def test_offloaded_target_passes_the_oracle(case: str) -> None:
     served = t["fallbacks"]["served"]
     nic = {op: served.get(op, {}).get("nic", 0) for op in ("LOAD", "STORE", "ALLOC_STORE")}
     expect = {"ideal-be": {"LOAD", "STORE", "ALLOC_STORE"}, "ideal": {"LOAD", "STORE"},
-              "keep_load": {"STORE", "ALLOC_STORE"}, "cx5": set(), "partial": set()}[case]
+              "keep_load": {"STORE", "ALLOC_STORE"}, "cx5": {"LOAD", "STORE", "ALLOC_STORE"},
+              "cx5-upstream": set(), "partial": set()}[case]
     assert {op for op, n in nic.items() if n} == expect, served
     assert served["FREE"]["nic"] == 0 and served["FREE"]["cpu"] > 0
     assert t["fallbacks"]["offload_to_software"] == sum(
