@@ -147,6 +147,13 @@ def listing(chain: Chain) -> list[str]:
     return lines
 
 
+def _caps(ch: Chain) -> list[str]:
+    """The chain's capabilities, the table key named for what provides it: a stride-256
+    key, an interleaved UMR key (``indirect_keys``) or the hypothetical ``strided_keys``."""
+    return ["table key (indirect_keys or strided_keys)" if c == "strided_keys" else c
+            for c in ch.capabilities()]
+
+
 def show(decision: Decision) -> str:
     ch = decision.chain
     v = VARIANTS[decision.variant]
@@ -155,7 +162,7 @@ def show(decision: Decision) -> str:
         f"profile {decision.profile}, ADDR_LE {'on' if decision.addr_le else 'off'}: "
         + ("OFFLOADED" if decision.offloaded else "SOFTWARE (chain rejected, see below)"),
         f"work requests: {ch.count()} ({ch.count(include_master=False)} without the "
-        f"master's WAIT/ENABLE), capabilities: {', '.join(ch.capabilities())}",
+        f"master's WAIT/ENABLE), capabilities: {', '.join(_caps(ch))}",
     ]
     out += listing(ch)
     if not decision.offloaded:
