@@ -755,13 +755,15 @@ class _Builder:
             f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 13,
             fields={"raddr": Placed(f"{tag}_p_h4", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table")},
-            places=(Place("buf:w", 8, "new entry word", "big"),), cond=ready,
+            places=(Place("buf:wn", 8, "new entry word", "big"),), cond=ready,
             remote_kind="strided_table",
-            note="the new Generation for the completion (a FetchAdd returns the old one)"))
+            note="the new Generation for the completion (a FetchAdd returns the old one); "
+                 "buf:w keeps the entry as read_entry sampled it, the before-image a "
+                 "connection failure restores (decision O5)"))
         self._completion(v, f"{tag}_send", 14, Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo2", (f"{tag}_read_slot",))
         self.chain.wr(f"{tag}_send").gather = tuple(
-            Read(r.loc, r.length, (f"{tag}_reread",), r.about) if r.loc == "buf:w+2" else r
+            Read("buf:wn+2", r.length, (f"{tag}_reread",), r.about) if r.loc == "buf:w+2" else r
             for r in self.chain.wr(f"{tag}_send").gather)
         self._commit(v, 15)
         for wr_name in (f"{tag}_send", f"commit_{v.name}", f"release_{v.name}"):

@@ -35,6 +35,7 @@ from kbtpsim.nic import (
     Cqe,
     MemoryRegion,
     Nic,
+    QpState,
     QueuePair,
     Sge,
     WcOpcode,
@@ -76,6 +77,9 @@ class Finished:
     #: completion; None if no chain WR completed. The order in which a reference target
     #: must apply NIC-served requests (their linearisation points).
     nic_time: int | None = None
+    #: templates of the credit's chain whose work requests did not complete successfully
+    #: (a connection failure flushes the connection QP's: e.g. a Read source's RDMA Read)
+    failed: tuple[str, ...] = ()
 
     @property
     def needs_cpu(self) -> bool:
@@ -97,6 +101,10 @@ class _Credit:
     early: bool = False  #: the CPU took the request before its chain ended (take_early)
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
     entry_write_time: int | None = None  #: CQE time of a STORE's table-entry Write
+    failed: list[str] = field(default_factory=list)  #: templates whose WR did not succeed
+    commit_time: int | None = None  #: CQE time of the variant's commit Write
+    #: the variant whose COMPLETION Send went out (a successful SEND CQE), and when
+    sent: tuple[str, int] | None = None
 
 
 class ChainServer:
@@ -129,6 +137,27 @@ class ChainServer:
         self.entry_writes = {i for i, w in enumerate(self.templates)
                              if w.opcode is Opcode.RDMA_WRITE and w.remote_kind == "strided_table"
                              and w.part in VARIANTS and VARIANTS[w.part].op == "STORE"}
+        #: (WR, address field) -> octet ranges (offset, length) that patches write at run
+        #: time: posted as all ones, so that a WR that runs before its patch landed (only
+        #: possible once a flushed connection QP's CQEs satisfied the steps' WAIT counts
+        #: early) faults on its key instead of writing where the initial value points
+        self.patched: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for w in self.templates:
+            if w.cond is not None or w.disarmed:  # a conditional patch (native, or armed
+                continue  # by a CAS on its WQE): the initial value is its "else"
+            for pl in w.places:
+                m = _LOC.match(pl.dest)
+                if m and m.group(1) == "wqe" and m.group(3) in ("raddr", "sge0.addr"):
+                    self.patched.setdefault((m.group(2), m.group(3)), []).append(
+                        (int(m.group(4) or 0) + pl.offset, pl.length))
+        #: the variants' COMPLETION Sends, by position -> variant
+        self.completion_sends = {i: w.part for i, w in enumerate(self.templates)
+                                 if w.role is Role.CONN and w.part in VARIANTS
+                                 and w.opcode in (Opcode.SEND, Opcode.SEND_WITH_INVALIDATE)}
+        #: the RDMA Reads of store data from the initiator (Read source, connection QP):
+        #: template name -> its variant
+        self.source_reads = {w.name: w.part for w in self.templates
+                             if w.role is Role.CONN and w.opcode is Opcode.RDMA_READ}
         if self.alloc_arms and ring is None:
             raise ValueError("an ALLOC_STORE chain needs the ring's keys (ring=)")
         #: credits the CPU may still arm for ALLOC_STORE when it posts them: it sets this
@@ -159,6 +188,8 @@ class ChainServer:
         self._early: set[int] = set()
         #: statuses of failed chain or CPU work requests (the connection QP is broken)
         self.errors: list[str] = []
+        #: when the connection failed (its first error CQE, or :meth:`stop`), else None
+        self.failed_at: int | None = None
         self.chain_cq = nic.create_cq(1 << 16)
         # the receive CQ has its buffer in host memory (as on mlx5): a chain's marker reads
         # the receive's byte count from the CQE (credit n's receive is CQE number n)
@@ -258,9 +289,15 @@ class ChainServer:
         bufs = {}
         for name, size in self.sizes.items():
             bufs[name] = at
-            fill = b"\xff" * size if name == "w" else bytes(size)
+            # all ones in the entry word and the FetchAdd result: nothing read yet (a
+            # Ticket never reads all ones with its Slot Offset); tests of an entry never
+            # read fail, and a failed connection's salvage tells what ran (decision O5)
+            fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
             if name == "ct":
                 fill = CONSTS["k_hdr"] + bytes(size - 4)
+            elif name in ("seq", "bo", "bo2"):  # slot Sequence / Block Offsets: unread
+                fill = (b"\xff" * 4 + bytes(size - 4)) if name == "seq" else \
+                    (bytes(4) + b"\xff" * 8 + bytes(size - 12))
             mem.write(at, fill)
             at += size
         bufs["stg"] = self.staging_addr + slot * self.stg_size
@@ -369,7 +406,8 @@ class ChainServer:
         if "sge0.addr" in w.fields:
             count = w.fields["sge0.count"]
             assert isinstance(count, Const) and isinstance(count.value, int)
-            sges.append(Sge(0, count.value, self.pool_key.lkey))
+            sges.append(Sge(self._poisoned(w, "sge0.addr", 0), count.value,
+                            self.pool_key.lkey))
         elif op in (Opcode.RDMA_READ, Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD,
                     Opcode.MASKED_CAS, Opcode.CAS):
             for p in w.places:
@@ -381,8 +419,8 @@ class ChainServer:
                 addr, key = (0, 0) if shape else self._loc(cr, rd.loc)
                 sges.append(Sge(addr, rd.length, key))
         if not shape:
-            kw["remote_addr"] = self._value(cr, w, w.fields["raddr"]) \
-                if "raddr" in w.fields else 0
+            kw["remote_addr"] = self._poisoned(w, "raddr", self._value(
+                cr, w, w.fields["raddr"])) if "raddr" in w.fields else 0
             kw["rkey"] = self._rkey_for(cr, w)
         if op in (Opcode.MASKED_FETCH_ADD, Opcode.FETCH_ADD):
             kw["swap_add"] = 0 if shape else self._value(cr, w, w.fields["swap_add"])
@@ -394,6 +432,19 @@ class ChainServer:
                     kw[k] = 0 if shape else self._value(cr, w, w.fields[k])
         return WorkRequest(op, tuple(sges), flags, inline_data=w.inline, wr_id=wr_id,
                            **kw)  # type: ignore[arg-type]
+
+    def _poisoned(self, w: WrTemplate, fld: str, value: int) -> int:
+        """``value`` with the octets patches write into ``w``'s address field ``fld`` set
+        to all ones (:attr:`patched`; 8-octet address fields)."""
+        ranges = self.patched.get((w.name, fld))
+        if not ranges:
+            return value
+        order: ByteOrder = "big" if self.nic.profile.wqe_field_byte_order == "big" \
+            else "little"
+        raw = bytearray(value.to_bytes(8, order))
+        for off, length in ranges:
+            raw[off:off + length] = b"\xff" * len(raw[off:off + length])
+        return int.from_bytes(raw, order)
 
     def _target(self, w: WrTemplate) -> int:
         t = w.fields["target"]
@@ -507,20 +558,31 @@ class ChainServer:
         for c in self.chain_cq.poll(1 << 12):
             if c.status is not WcStatus.SUCCESS:
                 self.errors.append(c.status.name)
+                if self.failed_at is None or c.time < self.failed_at:
+                    self.failed_at = c.time
             if c.wr_id & CPU_WR:  # one of the CPU's own work requests (cpu_post)
                 self._cpu_cqes.append(c)
                 continue
             number = c.wr_id >> ROLE_BITS
-            cr = self.live[number]
+            cr = self.live.get(number)
+            if cr is None:  # flushed after the failure, its credit already reported
+                assert self.failed_at is not None, number
+                continue
             cr.seen += 1
+            if c.status is not WcStatus.SUCCESS:
+                cr.failed.append(self.templates[c.wr_id & 0x3FFF].name)
             cr.last_time = c.time if cr.last_time is None else max(cr.last_time, c.time)
             if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
                 w = self.templates[c.wr_id & 0x3FFF]
                 cr.served = w.name.removeprefix("commit_")
+                cr.commit_time = c.time
             elif (c.wr_id & 0x3FFF in self.fa_heads
                   and c.opcode is WcOpcode.MASKED_FETCH_ADD):
                 cr.ticket_taken = True
                 cr.ticket_time = c.time
+            elif (c.wr_id & 0x3FFF in self.completion_sends and c.opcode is WcOpcode.SEND
+                  and c.status is WcStatus.SUCCESS):
+                cr.sent = (self.completion_sends[c.wr_id & 0x3FFF], c.time)
             elif c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ:
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
@@ -534,18 +596,97 @@ class ChainServer:
             cr = self.live[self.finished]
             if cr.seen < self.signaled or cr.recv_len is None:
                 break
-            ticket = None
-            if cr.ticket_taken:  # the FetchAdd's result: Ticket in the high half
-                order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
-                    else "little"
-                ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
-                if cr.served is None:
-                    self.slot_not_ready += 1
-            out.append(Finished(cr.number, cr.served, self.request_bytes(cr), now, ticket,
-                                self._effect_time(cr)))
+            out.append(self._finish(cr, now))
             del self.live[self.finished]
             self.free_slots.append(cr.number % self.credits)
             self.finished += 1
+        if self.failed_at is not None and self.drained():
+            out.extend(self.unfinished(now))
+        return out
+
+    # ------------------------------------------------------------------ failure
+    def stop(self, now: int) -> None:
+        """The connection failed (at ``now`` at the latest): move the chain's own QPs
+        (worker, master, gate) to the error state too, so that nothing of its chains
+        starts after this (``ibv_modify_qp(IBV_QPS_ERR)``; their outstanding WRs flush).
+        Credits that had not committed before the failure are reported unserved from now
+        on (:meth:`poll`). Then wait for :meth:`drained`."""
+        if self.failed_at is None or now < self.failed_at:
+            self.failed_at = now
+        for qp in self.qps.values():
+            if qp.state is not QpState.ERROR:
+                qp.to_error()
+
+    def drained(self) -> bool:
+        """Every work request posted on the connection's QPs has completed (with success
+        or flushed): nothing of the chains writes memory any more."""
+        return all(qp.retired >= qp.post_index for qp in self.qps.values())
+
+    def images(self, credit: int) -> tuple[bytes, bytes]:
+        """What the credit's chain read before it wrote anything (octets as in memory):
+        the table entry (its ``read_entry``: ``buf:w``, ``buf:bo+4``) and, for an
+        allocation, the ring slot (its slot Read: ``buf:seq``, ``buf:bo2+4``; zeros if
+        none). A target that must undo a chain cut by a connection failure writes them
+        back (decision O5)."""
+        bufs = self._bufs_of(credit)
+        mem = self.nic.host.memory
+        entry = mem.read(bufs["w"], 8) + mem.read(bufs["bo"] + 4, 8)
+        slot = (mem.read(bufs["seq"], 8) + mem.read(bufs["bo2"] + 4, 8)
+                if "seq" in bufs and "bo2" in bufs else bytes(16))
+        return entry, slot
+
+    def _bufs_of(self, credit: int) -> dict[str, int]:
+        cr = self.live.get(credit)
+        if cr is not None:
+            return cr.bufs
+        return self._init_buffers_addr(credit % self.credits)
+
+    def _init_buffers_addr(self, slot: int) -> dict[str, int]:
+        at = self.scratch_addr + slot * self.slot_size
+        bufs = {}
+        for name, size in self.sizes.items():
+            bufs[name] = at
+            at += size
+        return bufs
+
+    def _finish(self, cr: _Credit, now: int) -> Finished:
+        """The credit's chain ended: what the CPU learns of it."""
+        ticket = None
+        served = cr.served
+        if self.failed_at is not None and (cr.commit_time is None
+                                           or cr.commit_time >= self.failed_at):
+            # committed after the failure: once the connection QP flushed, its CQEs
+            # satisfy the steps' WAIT counts early and the chain's order is lost. Unless
+            # its COMPLETION went out before: all it did before that ran in order
+            served = None
+            if cr.sent is not None and cr.sent[1] < self.failed_at:
+                served = cr.sent[0]
+        taken = cr.ticket_taken or (self.failed_at is not None and "fa" in cr.bufs and
+                                    self.nic.host.memory.read(cr.bufs["fa"], 8)
+                                    != b"\xff" * 8)
+        if taken:  # the FetchAdd's result: Ticket in the high half
+            order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
+                else "little"
+            ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
+            if served is None and self.failed_at is None:
+                self.slot_not_ready += 1
+        return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
+                        self._effect_time(cr), tuple(cr.failed))
+
+    def unfinished(self, now: int) -> list[Finished]:
+        """After :meth:`stop` and :meth:`drained`: the credits whose request arrived but
+        that :meth:`poll` has not reported (their chain never ended), reported now, as
+        not served, with their Ticket if their FetchAdd ran; credits that received
+        nothing are dropped."""
+        out = []
+        for n in sorted(self.live):
+            if n < self.finished:
+                continue  # taken early by the CPU
+            cr = self.live.pop(n)
+            self.free_slots.append(n % self.credits)
+            if cr.recv_len is not None:
+                out.append(self._finish(cr, now))
+        self.finished = max(self.finished, self.posted)
         return out
 
     def arrived(self) -> tuple[int, bytes] | None:

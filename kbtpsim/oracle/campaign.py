@@ -593,6 +593,9 @@ class _Run:
                            if c.ended == "closed"),
             "abandoned": sum(len(s.direct.abandoned) for s in live.initiators.values()
                              if s.direct is not None),
+            # credits of failed connections whose chain was cut: undone, then finished
+            # in software or forgotten (decision O5)
+            "salvaged": sum(self.server.salvaged.values()),
             **self.fault_counts,
         }
         return res

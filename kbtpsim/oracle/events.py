@@ -168,11 +168,12 @@ class TargetTap:
                       ring=ring.ring.name if ring is not None else None)
 
     def finish_allocation(self, connection_id: int, data: bytes, ticket: int,
-                          now: int) -> list[Effect]:
+                          now: int, *, handover: bool = True) -> list[Effect]:
         # the chain took the ticket (an event at its FetchAdd); the CPU reads the slot now
         return self._tracked(
             "read_slot", now,
-            lambda: self._t.finish_allocation(connection_id, data, ticket, now),
+            lambda: self._t.finish_allocation(connection_id, data, ticket, now,
+                                              handover=handover),
             conn=connection_id)
 
     def allocate_with_ticket(self, connection_id: int, data: bytes, ticket: int,

@@ -96,11 +96,14 @@ def run_interleaving(profile: str = "ideal-be", seed: int = 1) -> Outcome:
 
 
 
-def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1) -> list[Divergence]:
+def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
+                               observe: dict[str, Any] | None = None) -> list[Divergence]:
     """Decision O5 made deterministic: X's ALLOC_STORE runs in its chain; the moment the
     chain's FetchAdd on Head has landed, X's connection fails (``Initiator.close``). The
-    chain goes on and binds the handle in memory; then X reconnects and stores to the
-    handle. The shadow is fed what the live target was told."""
+    server stops the chain, undoes what it wrote and finishes the allocation of its
+    Ticket in software; then X reconnects and stores to the handle. The shadow is fed
+    what the live target was told. ``observe`` gets the server (``"server"``) and X's
+    STORE result (``"store"``)."""
     spec = Spec(seed=seed, profile=profile, ops=0)
     pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=4096)
     run = _Run(spec, None, pool)
@@ -130,6 +133,8 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1) -> list
         res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
         if x.conn is not None and res.completion is not None:
             run.results[(x.conn.conn_id, res.completion.request_id)] = res
+        if observe is not None:
+            observe["server"], observe["store"] = server, res
 
     done = env.process(scenario())
     out: list[Divergence] = []
