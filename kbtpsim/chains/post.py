@@ -285,10 +285,9 @@ class ChainServer:
 
     def _init_buffers(self, slot: int) -> dict[str, int]:
         mem = self.nic.host.memory
-        at = self.scratch_addr + slot * self.slot_size
-        bufs = {}
+        bufs = self._buffer_addrs(slot)
         for name, size in self.sizes.items():
-            bufs[name] = at
+            at = bufs[name]
             # all ones in the entry word and the FetchAdd result: nothing read yet (a
             # Ticket never reads all ones with its Slot Offset); tests of an entry never
             # read fail, and a failed connection's salvage tells what ran (decision O5)
@@ -299,8 +298,6 @@ class ChainServer:
                 fill = (b"\xff" * 4 + bytes(size - 4)) if name == "seq" else \
                     (bytes(4) + b"\xff" * 8 + bytes(size - 12))
             mem.write(at, fill)
-            at += size
-        bufs["stg"] = self.staging_addr + slot * self.stg_size
         return bufs
 
     # ------------------------------------------------------------------ resolution
@@ -637,16 +634,16 @@ class ChainServer:
 
     def _bufs_of(self, credit: int) -> dict[str, int]:
         cr = self.live.get(credit)
-        if cr is not None:
-            return cr.bufs
-        return self._init_buffers_addr(credit % self.credits)
+        return cr.bufs if cr is not None else self._buffer_addrs(credit % self.credits)
 
-    def _init_buffers_addr(self, slot: int) -> dict[str, int]:
+    def _buffer_addrs(self, slot: int) -> dict[str, int]:
+        """The addresses of credit slot ``slot``'s scratch buffers and staging."""
         at = self.scratch_addr + slot * self.slot_size
         bufs = {}
         for name, size in self.sizes.items():
             bufs[name] = at
             at += size
+        bufs["stg"] = self.staging_addr + slot * self.stg_size
         return bufs
 
     def _finish(self, cr: _Credit, now: int) -> Finished:

@@ -44,7 +44,7 @@ from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
-from kbtpsim.nic import Link, NicProfile, QpState, QueuePair, Simulation, WorkRequest, connect
+from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.profiles import get_profile
 from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTargetServer, op_name
@@ -382,20 +382,14 @@ class OffloadedTargetServer(SoftwareTargetServer):
         yield from self._recover(cc)
 
     # ================================================================ failures
-    def close(self, conn: ServerConnection, reason: str = "closed") -> None:
-        """The connection failed or was torn down. Its QP goes to the error state at once;
-        its CPU process then lets the chains that are running end, stops the chain QPs,
-        salvages what they did (:meth:`_recover`) and only then tells the target
-        (``Target.disconnect``), as the base server does (decision O5)."""
+    def after_close(self, conn: ServerConnection) -> None:
+        """The connection failed or was torn down (its QP is in the error state): its CPU
+        process lets nothing of its chains run on, salvages what they did
+        (:meth:`_recover`) and only then tells the target (``Target.disconnect``), as the
+        base server does (decision O5)."""
         if conn.conn_id not in self._chain_conns:
-            super().close(conn, reason)
+            super().after_close(conn)
             return
-        if not conn.up:
-            return
-        conn.ended = reason
-        if conn.qp.state is not QpState.ERROR:
-            conn.qp.to_error()
-        self._revoke(conn)
         self._kick()
 
     def _recover(self, cc: _ChainConn) -> Gen:

@@ -260,6 +260,11 @@ class SoftwareTargetServer:
         if conn.qp.state is not QpState.ERROR:
             conn.qp.to_error()
         self._revoke(conn)
+        self.after_close(conn)
+
+    def after_close(self, conn: ServerConnection) -> None:
+        """Hook: the connection is down; tell the target on a core (a subclass whose NIC
+        still runs work of the connection first takes stock of it)."""
         self.env.process(self.run_on_cpu(
             "DISCONNECT", lambda now: self._call(("disconnect", conn.conn_id), now)))
 
