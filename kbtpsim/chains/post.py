@@ -77,9 +77,6 @@ class Finished:
     #: completion; None if no chain WR completed. The order in which a reference target
     #: must apply NIC-served requests (their linearisation points).
     nic_time: int | None = None
-    #: templates of the credit's chain whose work requests did not complete successfully
-    #: (a connection failure flushes the connection QP's: e.g. a Read source's RDMA Read)
-    failed: tuple[str, ...] = ()
 
     @property
     def needs_cpu(self) -> bool:
@@ -101,7 +98,6 @@ class _Credit:
     early: bool = False  #: the CPU took the request before its chain ended (take_early)
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
     entry_write_time: int | None = None  #: CQE time of a STORE's table-entry Write
-    failed: list[str] = field(default_factory=list)  #: templates whose WR did not succeed
     commit_time: int | None = None  #: CQE time of the variant's commit Write
     #: the variant whose COMPLETION Send went out (a successful SEND CQE), and when
     sent: tuple[str, int] | None = None
@@ -154,10 +150,6 @@ class ChainServer:
         self.completion_sends = {i: w.part for i, w in enumerate(self.templates)
                                  if w.role is Role.CONN and w.part in VARIANTS
                                  and w.opcode in (Opcode.SEND, Opcode.SEND_WITH_INVALIDATE)}
-        #: the RDMA Reads of store data from the initiator (Read source, connection QP):
-        #: template name -> its variant
-        self.source_reads = {w.name: w.part for w in self.templates
-                             if w.role is Role.CONN and w.opcode is Opcode.RDMA_READ}
         if self.alloc_arms and ring is None:
             raise ValueError("an ALLOC_STORE chain needs the ring's keys (ring=)")
         #: credits the CPU may still arm for ALLOC_STORE when it posts them: it sets this
@@ -566,8 +558,6 @@ class ChainServer:
                 assert self.failed_at is not None, number
                 continue
             cr.seen += 1
-            if c.status is not WcStatus.SUCCESS:
-                cr.failed.append(self.templates[c.wr_id & 0x3FFF].name)
             cr.last_time = c.time if cr.last_time is None else max(cr.last_time, c.time)
             if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
                 w = self.templates[c.wr_id & 0x3FFF]
@@ -668,7 +658,7 @@ class ChainServer:
             if served is None and self.failed_at is None:
                 self.slot_not_ready += 1
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
-                        self._effect_time(cr), tuple(cr.failed))
+                        self._effect_time(cr))
 
     def unfinished(self, now: int) -> list[Finished]:
         """After :meth:`stop` and :meth:`drained`: the credits whose request arrived but

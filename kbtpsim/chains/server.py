@@ -51,7 +51,7 @@ from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTa
 from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
 from kbtpsim.target.config import CounterMode
 from kbtpsim.target.layout import TargetLayout
-from kbtpsim.wire import Feature, RequestFlag
+from kbtpsim.wire import AllocStore, DecodeError, Feature, RequestFlag, Store, decode
 
 Gen = Generator[simpy.Event, Any, Any]
 
@@ -434,24 +434,26 @@ class OffloadedTargetServer(SoftwareTargetServer):
           - an inline STORE is served again in software (its data is in the request);
           - anything else did nothing outside the chain's scratch memory and is
             forgotten, as a request lost with its connection (a Read-source STORE's data
-            Read, if it ran, wrote the block: counted in ``salvaged``)."""
-        cs = cc.chains
-        data_lost = any(cs.source_reads.get(name) == f.served for name in f.failed)
-        if f.served is not None and not data_lost:
+            Read, if it ran, wrote the block: counted in ``salvaged``).
+
+        (Served before the failure implies its data Read, if any, succeeded: a failed
+        Read fails the connection QP at its CQE, so the later commit and Send come after
+        the failure.)"""
+        if f.served is not None:
             self._tally("served before the failure")
             yield from self._serve_nic(cc, f)
             return
-        if len(f.request) < 40:  # nothing (whole) arrived on this credit
+        try:
+            msg = decode(f.request, self.config.addr_le)
+        except DecodeError:  # nothing (whole or well-formed) arrived: no chain test passed
             return
         assert self.layout is not None and cc.conn is not None
         mem = self.nic.host.memory
-        entry_img, slot_img = cs.images(f.credit)
+        entry_img, slot_img = cc.chains.images(f.credit)
         op = op_name(f.request)
         yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
-        if entry_img[:8] != b"\xff" * 8 and op in ("STORE", "ALLOC_STORE"):
-            handle = int.from_bytes(f.request[12:20], "little" if self.config.addr_le
-                                    else "big")
-            entry_addr = self.layout.entry_addr(handle)
+        if entry_img[:8] != b"\xff" * 8 and isinstance(msg, Store | AllocStore):
+            entry_addr = self.layout.entry_addr(msg.handle)
             if mem.read(entry_addr, 16) != entry_img:
                 yield from self.cpu.spend(CHAIN, self.cpu.post_ps)
                 mem.write(entry_addr, entry_img)
@@ -462,7 +464,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
             if int.from_bytes(slot_img[:4], "big") == f.ticket & 0xFFFFFFFF and \
                     slot_img[8:] != b"\xff" * 8 and mem.read(slot_addr, 16) == consumed:
                 mem.write(slot_addr, slot_img)  # Block Offset back: the slot unconsumed
-            self._salvaged(cc, f, "ALLOC_STORE", "allocation")
+            self._salvaged("ALLOC_STORE", "allocation")
             now = int(self.env.now)
             self._log_allocation(cc, f.request, f.ticket, now if f.nic_time is None
                                  else f.nic_time)
@@ -470,16 +472,16 @@ class OffloadedTargetServer(SoftwareTargetServer):
                                                     handover=False)
             self._kick()
             yield from self.carry_out(effects, "ALLOC_STORE")
-        elif op == "STORE" and int.from_bytes(f.request[2:4], "big") & RequestFlag.INLINE:
-            self._salvaged(cc, f, op, "inline store")
+        elif isinstance(msg, Store) and msg.flags & RequestFlag.INLINE:
+            self._salvaged(op, "inline store")
             effects = self.on_request(cc.conn, f.request, int(self.env.now))
             yield from self.carry_out(effects, op)
-        elif op == "STORE":
+        elif isinstance(msg, Store):
             self._tally("Read-source store")
         else:
             self._tally("forgotten")
 
-    def _salvaged(self, cc: _ChainConn, f: Finished, op: str, kind: str) -> None:
+    def _salvaged(self, op: str, kind: str) -> None:
         self._count(op, "cpu")
         by_op = self.fallback_reasons.setdefault(op, {})
         by_op[CUT_BY_FAILURE] = by_op.get(CUT_BY_FAILURE, 0) + 1
