@@ -23,7 +23,8 @@ import simpy
 
 from kbtpsim.chains.layout import ChainLayout, register_ring
 from kbtpsim.chains.plan import plan_connection
-from kbtpsim.chains.post import ChainServer, Finished
+from kbtpsim.chains.post import Finished
+from kbtpsim.chains.v2 import chain_server_class
 from kbtpsim.nic import (
     Access,
     Opcode,
@@ -80,9 +81,10 @@ class Harness:
                  handle_base: int = 0x4000, handle_count: int = 16, quota: int = 8,
                  variants: tuple[str, ...] | None = None, cpu_request_ns: float = 1000.0,
                  device_memory: bool = True, refill_batch: int = 1, first_block: int = 0,
-                 others: tuple[InitiatorConfig, ...] = ()) -> None:
+                 others: tuple[InitiatorConfig, ...] = (), chains: str = "v1") -> None:
         """``others``: more initiators (same shared ring), served by the CPU's target
-        directly (see :meth:`other`), not through the NIC."""
+        directly (see :meth:`other`), not through the NIC. ``chains``: "v1" (re-posted
+        by the CPU) or "v2" (re-armed by the NIC: :mod:`kbtpsim.chains.v2`)."""
         prof = get_profile(profile) if isinstance(profile, str) else profile
         self.config = TargetConfig(
             blocks=blocks, block_size=block_size, addr_le=addr_le, first_block=first_block,
@@ -108,8 +110,9 @@ class Harness:
         if any(v.startswith("alloc") for v in self.plan.offloaded):
             ring = register_ring(self.tnic, self.target_layout.rings[0])
         self.quota = quota
-        self.server = ChainServer(self.tnic, self.plan.chain, self.layout, credits,
-                                  table_key, pool_key, device_memory, ring)
+        server_class = chain_server_class(chains)
+        self.server = server_class(self.tnic, self.plan.chain, self.layout, credits,
+                                   table_key, pool_key, device_memory, ring)
         self.cpu_request_ps = round(cpu_request_ns * 1000)
         self.refill_batch = refill_batch
         # target CPU's own QP to the initiator, and a bounce buffer

@@ -166,7 +166,7 @@ class ChainServer:
         n_work = len(self.per_credit[Role.WORKER])
         n_conn = len(self.per_credit[Role.CONN])
         n_master = len(self.per_credit[Role.MASTER])
-        depth = 2 * credits
+        depth = self.RING_ROUNDS * credits
         #: no fast path at all: every receive goes straight to the CPU
         self.software = n_work == 0
         #: NOP slots per credit on the connection QP for the CPU's work requests
@@ -185,9 +185,10 @@ class ChainServer:
         self.chain_cq = nic.create_cq(1 << 16)
         # the receive CQ has its buffer in host memory (as on mlx5): a chain's marker reads
         # the receive's byte count from the CQE (credit n's receive is CQE number n)
-        rdepth = 1 << 12
+        rdepth = self._rcq_depth()
         self.rcq_addr = nic.host.alloc(64 * rdepth, 4096)
-        self.recv_cq = nic.create_cq(rdepth, buffer_addr=self.rcq_addr)
+        self.recv_cq = nic.create_cq(rdepth, buffer_addr=self.rcq_addr,
+                                     ignore_overrun=self.RING_ROUNDS == 1)
         self.rcq_mr = nic.register_mr(self.rcq_addr, 64 * rdepth, Access.LOCAL_WRITE)
         self.gate_cq = nic.create_cq(1 << 12)
         self.master_cq = nic.create_cq(1 << 12)
@@ -205,7 +206,8 @@ class ChainServer:
                                         sq_depth=max(1, n_work) * depth, managed=True,
                                         sq_in_nic_memory=dm)
             self.master = nic.create_qp(self.master_cq, self.master_cq,
-                                        sq_depth=max(1, n_master + 2) * depth,
+                                        sq_depth=max(1, n_master + self._barrier_wrs())
+                                        * depth, managed=self.RING_ROUNDS == 1,
                                         sq_in_nic_memory=dm)
             self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
                                       managed=True, sq_in_nic_memory=dm)
@@ -247,6 +249,24 @@ class ChainServer:
         for _ in range(credits):
             self._post_credit()
         self._doorbell()
+
+    #: rounds of credits a send ring holds: 2 (v1: a credit is re-posted into the next
+    #: free WQEs while the others run); 1 for chains that re-arm themselves in place
+    RING_ROUNDS = 2
+
+    @property
+    def repost_wrs_per_credit(self) -> int:
+        """WQEs the CPU writes to re-post one finished credit (its chain and CPU slots)."""
+        return len(self.templates) + self.cpu_slots
+
+    def _rcq_depth(self) -> int:
+        """Depth of the receive CQ (whose buffer the chains read)."""
+        return 1 << 12
+
+    def _barrier_wrs(self) -> int:
+        """Room on the master ring per credit besides the templates (the CPU-slot
+        barrier's 2 WRs, reserved whether used or not)."""
+        return 2
 
     def _doorbell(self) -> None:
         if not self.software:
@@ -537,11 +557,15 @@ class ChainServer:
         body = mem.read(cr.bufs["stg"], max(0, n - REQ_LEN))
         return (req + body)[:n]
 
+    def _live_credit(self, number: int) -> _Credit | None:
+        """The live credit a CQE's ``wr_id`` names (the credit number it was posted with)."""
+        return self.live.get(number)
+
     def poll(self, now: int) -> list[Finished]:
         """Credits whose chain ended since the last call, in order."""
         self.gate_cq.poll(1 << 12)  # gate NOP CQEs only feed WAITs: drain them
         for c in self.recv_cq.poll(1 << 12):
-            cr = self.live.get(c.wr_id)
+            cr = self._live_credit(c.wr_id)
             if cr is not None:
                 cr.recv_len = c.byte_len
         for c in self.chain_cq.poll(1 << 12):
@@ -552,10 +576,9 @@ class ChainServer:
             if c.wr_id & CPU_WR:  # one of the CPU's own work requests (cpu_post)
                 self._cpu_cqes.append(c)
                 continue
-            number = c.wr_id >> ROLE_BITS
-            cr = self.live.get(number)
+            cr = self._live_credit(c.wr_id >> ROLE_BITS)
             if cr is None:  # flushed after the failure, its credit already reported
-                assert self.failed_at is not None, number
+                assert self.failed_at is not None, c.wr_id
                 continue
             cr.seen += 1
             cr.last_time = c.time if cr.last_time is None else max(cr.last_time, c.time)

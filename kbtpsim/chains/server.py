@@ -681,7 +681,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
         cs.alloc_budget = self._allowed(cc) - len(cs.armed_credits()) if cs.session else 0
         n = cs.refill(batch)
         if n:
-            per_credit = len(cs.templates) + cs.cpu_slots
+            per_credit = cs.repost_wrs_per_credit
             self.cpu.count(REFILL, n)
             post = self.cpu.post_ps if self.repost_ps is None else self.repost_ps
             yield from self.cpu.spend(REFILL, n * per_credit * post + self.cpu.doorbell_ps)

@@ -107,10 +107,11 @@ class CompletionQueue:
     """A CQ of ``depth`` entries, number ``cqn`` on its NIC; ``buffer_addr`` (optional) is
     where its CQEs are written in memory (``depth`` x 64 octets)."""
 
-    __slots__ = ("_entries", "_waiters", "buffer_addr", "count", "cqn", "depth", "env")
+    __slots__ = ("_entries", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
+                 "ignore_overrun", "overwritten")
 
     def __init__(self, env: simpy.Environment, cqn: int, depth: int,
-                 buffer_addr: int | None = None) -> None:
+                 buffer_addr: int | None = None, ignore_overrun: bool = False) -> None:
         if depth <= 0:
             raise ValueError(f"CQ depth must be positive, got {depth!r}")
         if buffer_addr is not None and (buffer_addr < 0 or buffer_addr % CQE_SIZE):
@@ -122,11 +123,19 @@ class CompletionQueue:
         self.count = 0  #: CQEs generated so far (absolute, as WAIT counts)
         self._entries: deque[Cqe] = deque()
         self._waiters: list[tuple[int, simpy.Event]] = []
+        #: a full CQ overwrites its oldest CQE instead of overrunning (MLNX_OFED's
+        #: IBV_EXP_CQ_IGNORE_OVERRUN, which RedN sets on the CQs its chains WAIT on)
+        self.ignore_overrun = ignore_overrun
+        self.overwritten = 0  #: CQEs lost to overwriting (ignore_overrun)
 
     def push(self, cqe: Cqe) -> None:
         """Add a CQE (called by the NIC)."""
         if len(self._entries) >= self.depth:
-            raise CqOverrun(f"CQ {self.cqn} overran its depth {self.depth}")
+            if self.ignore_overrun:
+                self._entries.popleft()
+                self.overwritten += 1
+            else:
+                    raise CqOverrun(f"CQ {self.cqn} overran its depth {self.depth}")
         self._entries.append(cqe)
         self.count += 1
         if cqe.time > self.env.now:  # the DMA write lands then: keep the clock running

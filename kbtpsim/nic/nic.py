@@ -176,11 +176,14 @@ class Nic:
         return self._rng.randrange(self._jitter_ps + 1) if self._jitter_ps else 0
 
     # ------------------------------------------------------------------ queues
-    def create_cq(self, depth: int = 1024, buffer_addr: int | None = None) -> CompletionQueue:
+    def create_cq(self, depth: int = 1024, buffer_addr: int | None = None, *,
+                  ignore_overrun: bool = False) -> CompletionQueue:
         """A CQ of ``depth`` entries. With ``buffer_addr`` (64-octet aligned, ``depth`` x 64
         octets the caller owns), every CQE is also written there in the mlx5 64-octet
-        layout (:func:`~kbtpsim.nic.cq.encode_cqe`); without, CQEs exist only as objects."""
-        cq = CompletionQueue(self.env, len(self.cqs) + 1, depth, buffer_addr)
+        layout (:func:`~kbtpsim.nic.cq.encode_cqe`); without, CQEs exist only as objects.
+        ``ignore_overrun``: a full CQ overwrites its oldest CQE (MLNX_OFED
+        ``IBV_EXP_CQ_IGNORE_OVERRUN``) instead of failing."""
+        cq = CompletionQueue(self.env, len(self.cqs) + 1, depth, buffer_addr, ignore_overrun)
         self.cqs[cq.cqn] = cq
         return cq
 

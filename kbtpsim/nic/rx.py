@@ -129,6 +129,7 @@ class RxSide:
         "rcqe_at",
         "rq_addr",
         "rq_consumed",
+        "rq_dbrec",
         "rq_depth",
         "rq_fetch",
         "rq_mr",
@@ -153,6 +154,7 @@ class RxSide:
         self.rq_stride = self.nic.profile.rq_wqe_size
         self.rq_post = 0
         self.rq_consumed = 0
+        self.rq_dbrec: int | None = None  #: the receive doorbell record (attach_rq_doorbell)
         self.rq_wr_ids = [0] * rq_depth
         self.rq_fetch: dict[int, tuple[simpy.Event, list[bytes]]] = {}
         self.rxq: deque[Packet] = deque()
@@ -180,9 +182,43 @@ class RxSide:
         self.nic.host.memory.write(self.recv_wqe_addr(index), raw)
         self.rq_wr_ids[index % self.rq_depth] = wr_id
         self.rq_post = index + 1
+        if self.rq_dbrec is not None:
+            self.nic.host.memory.write(self.rq_dbrec, self.rq_post.to_bytes(4, "big"))
+        self._rq_posted(index)
+        return index
+
+    def attach_rq_doorbell(self, addr: int) -> None:
+        """Give the receive queue a *doorbell record* at ``addr`` (4 octets, big-endian:
+        the count of receive WQEs posted), as mlx5 has one (rdma-core
+        ``providers/mlx5/qp.c``: ``mlx5_post_recv`` ends with ``qp->db[MLX5_RCV_DBR] =
+        htobe32(qp->rq.head & 0xffff)``; the NIC reads it, there is no MMIO doorbell for
+        receives). A NIC write that raises the count (a chain's loopback FetchAdd on it)
+        posts the ring's next WQEs again, as they are in the ring, with their earlier
+        ``wr_id``: a receive queue that a chain re-arms (chains v2)."""
+        self.rq_dbrec = addr
+        self.nic.host.memory.write(addr, self.rq_post.to_bytes(4, "big") + bytes(4))
+        self._watch_dbrec()
+
+    def _watch_dbrec(self) -> None:
+        assert self.rq_dbrec is not None
+        self.nic.watch(self.rq_dbrec).callbacks.append(self._dbrec_written)
+
+    def _dbrec_written(self, _ev: simpy.Event) -> None:
+        assert self.rq_dbrec is not None
+        head = int.from_bytes(self.nic.host.memory.read(self.rq_dbrec, 4), "big")
+        while (head - self.rq_post) & 0xFFFF_FFFF and (head - self.rq_post) & 0x8000_0000 == 0:
+            if self.rq_post - self.rq_consumed >= self.rq_depth:
+                break  # more than the ring holds: the extra count is ignored
+            index = self.rq_post
+            self.rq_post = index + 1
+            self._rq_posted(index)
+        self._watch_dbrec()
+
+    def _rq_posted(self, index: int) -> None:
+        """Receive WQE ``index`` became available to the NIC."""
         if self.state is QpState.ERROR:
             self._flush_rq()
-            return index
+            return
         # the NIC reads the receive WQE now (in the background): its snapshot
         addr = self.recv_wqe_addr(index)
         done = self.nic.pcie.read_done(addr, self.rq_stride, "recv wqe")
@@ -192,7 +228,6 @@ class RxSide:
                                                                              self.rq_stride)))
         self.rq_fetch[index] = (ev, box)
         self._rq_sig.fire()
-        return index
 
     def deliver(self, pkt: Packet) -> None:
         """A packet arrives from the link."""

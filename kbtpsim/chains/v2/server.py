@@ -1,0 +1,394 @@
+"""A connection's chains that the NIC re-arms in place (chains v2).
+
+:class:`RecyclingChainServer` is a :class:`~kbtpsim.chains.post.ChainServer` whose
+credits are posted once. Its send rings hold exactly one round of credits
+(``RING_ROUNDS = 1``): credit n + K (K credits) runs the ring slots of credit n again, by
+ENABLEs past each ring's end, with the same WQE bytes, restored and advanced by the
+credit's *recycle segment* on a managed loopback *recycler* QP (:mod:`.recycle`). The
+master QP is managed too: the recycle segment ENABLEs it through the credit's next
+round. The receive is re-armed by a FetchAdd on the receive queue's doorbell record
+(:meth:`kbtpsim.nic.QueuePair.attach_rq_doorbell`).
+
+The CPU does not re-post anything. It *grants* finished credits their recycling, in
+order, with one ENABLE of the recycler per batch (:meth:`refill`, one MMIO write): it
+must have read what it needs of a credit (the request, the byte count) before the NIC
+overwrites it. With CPU slots a credit is granted once the next credit has finished
+(that credit's master ran the barrier that executes the slots). The CPU writes the
+session and quota octets into the live scratch *and* the pristine image the restore
+copies, so either order of the two is right.
+
+Requirements (checked at construction, one-line errors): WAIT/ENABLE, atomics on WQEs
+(``cas_on_wqe``: the count advances are FetchAdds on WQE fields), atomics in the byte
+order of the WQE fields and of the big-endian receive doorbell record, and no WQE checks
+(``wqe_checks``: a recycled WQE keeps its round-0 index in its control segment, as
+RedN's firmware patch allows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbtpsim.chains.ir import Chain, Role
+from kbtpsim.chains.layout import ChainLayout, RingKeys
+from kbtpsim.chains.post import _LOC, CPU_WR, SESSION_OCTET, ChainServer, _Credit
+from kbtpsim.chains.v2.recycle import (
+    CountField,
+    RecyclePlan,
+    check_recycle,
+    own_counts,
+    plan_recycle,
+)
+from kbtpsim.nic import Access, MemoryRegion, Nic, QpState, Sge, WorkRequest, WqeFlags, connect
+from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
+
+
+class RecycleError(ValueError):
+    """A chain or profile that cannot be recycled in place (the message says why)."""
+
+
+@dataclass
+class _Slot:
+    """Round-0 facts of one credit slot."""
+
+    index: dict[str, tuple[object, int]]  #: template name -> (qp, round-0 index)
+    segments: dict[Role, tuple[int, int]]  #: role -> [first, end) round-0 WQE indices
+    cpu_slot: int | None  #: round-0 index of its first CPU slot on the connection QP
+    plan: RecyclePlan | None = None
+    rec_base: int = 0  #: recycler index of its recycle segment (round 0)
+    pristine: int = 0  #: address of its pristine scratch image
+    wqe_copies: dict[tuple[str, int], int] | None = None  #: (role, first) -> pristine addr
+
+
+class RecyclingChainServer(ChainServer):
+    """Chains re-armed by the NIC (module docstring). Same arguments as
+    :class:`ChainServer`."""
+
+    RING_ROUNDS = 1
+
+    def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
+                 table_key: MemoryRegion | None, pool_key: MemoryRegion,
+                 device_memory: bool = True, ring: RingKeys | None = None,
+                 alloc_budget: int = 0, cpu_slots: int = 0) -> None:
+        prof = nic.profile
+        why = [text for bad, text in (
+            (not prof.wait_enable, "no WAIT/ENABLE (wait_enable)"),
+            (not prof.cas_on_wqe, "no atomics on WQEs (cas_on_wqe): the counts are "
+                                  "advanced by FetchAdds on WQE fields"),
+            (prof.atomic_byte_order != prof.wqe_field_byte_order,
+             "atomics and WQE fields in different byte orders"),
+            (prof.atomic_byte_order != "big", "little-endian atomics cannot advance the "
+                                              "big-endian receive doorbell record"),
+            (prof.wqe_checks, "WQE checks on (wqe_checks): a recycled WQE keeps its "
+                              "round-0 index"),
+        ) if bad]
+        if why:
+            raise RecycleError(f"chains v2 cannot recycle on profile {prof.name!r}: "
+                               + "; ".join(why))
+        if credits < 2:
+            raise RecycleError(f"chains v2 need at least 2 credits, got {credits}")
+        self._slots: dict[int, _Slot] = {}
+        self._slot_credit: dict[int, int] = {}  #: slot -> its live credit number
+        self._booted = False
+        super().__init__(nic, chain, layout, credits, table_key, pool_key, device_memory,
+                         ring, alloc_budget, cpu_slots)
+        if self.software:
+            raise RecycleError("chains v2: the plan offloads nothing on this profile")
+        self._setup_recycling()
+        self.master.enable(self.master.post_index)  # the CPU starts round 0 (MMIO)
+        self._booted = True
+
+    # ------------------------------------------------------------ base hooks
+    def _rcq_depth(self) -> int:
+        return self.credits  # credit n's receive CQE is in slot n mod K, every round
+
+    def _barrier_wrs(self) -> int:
+        return 2 if self.cpu_slots else 0
+
+    def _doorbell(self) -> None:
+        self.doorbells += 1  # nothing posted by doorbell: the master is managed
+
+    def _live_credit(self, number: int) -> _Credit | None:
+        n = self._slot_credit.get(number % self.credits)
+        return None if n is None else self.live.get(n)
+
+    @property
+    def repost_wrs_per_credit(self) -> int:
+        return 0
+
+    def _post_credit(self) -> None:
+        before = {r: q.post_index for r, q in self.qps.items()}
+        number = self.posted
+        super()._post_credit()
+        cr = self.live[number]
+        segs = {r: (before[r], q.post_index) for r, q in self.qps.items()}
+        self._slots[number] = _Slot(dict(cr.index), segs,
+                                    self._cpu_slot_index.get(number))
+        self._slot_credit[number] = number
+
+    # ------------------------------------------------------------ set-up
+    def _setup_recycling(self) -> None:
+        nic, host, mem, k = self.nic, self.nic.host, self.nic.host.memory, self.credits
+        qps = {r.value: q for r, q in self.qps.items()}
+        per = {r: self._slots[0].segments[r][1] - self._slots[0].segments[r][0]
+               for r in self.qps}
+        for r, q in self.qps.items():
+            if q.sq_depth != k * per[r]:
+                raise RecycleError(f"chains v2: the {r.value} ring holds {q.sq_depth} WQEs, "
+                                   f"not {k} credits x {per[r]}")
+        cqs = {self.recv_cq.cqn: ("cq:recv", k), self.gate_cq.cqn: ("cq:gate", k),
+               self.chain_cq.cqn: ("cq:chain", k * self.per_credit_cqes)}
+        by_qpn = {q.qpn: (r.value, q.sq_depth) for r, q in self.qps.items()}
+        wqe_dests: set[str] = set()
+        for w in self.templates:
+            for pl in w.places:
+                m = _LOC.match(pl.dest)
+                if m and m.group(1) == "wqe":
+                    wqe_dests.add(m.group(2))
+            if w.arms:
+                wqe_dests.add(w.arms)
+            if w.disarmed:
+                wqe_dests.add(w.name)
+        # the recycler: its own CQ (never polled; its WAIT counts it) and managed QP
+        self.recycle_cq = nic.create_cq(1 << 12, ignore_overrun=True)
+        plans: list[tuple[int, list[CountField], set[tuple[str, int]]]] = []
+        for s in range(k):
+            slot = self._slots[s]
+            counts: list[CountField] = []
+            for r, (first, end) in slot.segments.items():
+                q = self.qps[r]
+                for idx in range(first, end):
+                    wr = q.posted[idx % q.sq_depth]
+                    if wr.opcode is Opcode.WAIT:
+                        tgt, delta = cqs[wr.target]
+                    elif wr.opcode is Opcode.ENABLE:
+                        name, delta = by_qpn[wr.target]
+                        tgt = f"qp:{name}"
+                    else:
+                        continue
+                    counts.append(CountField(r.value, idx, wr.opcode.name, tgt, delta))
+            modified: set[tuple[str, int]] = set()
+            for name in wqe_dests:
+                qp, idx = slot.index[name]
+                role = next(r for r, q in self.qps.items() if q is qp)
+                modified.add((role.value, idx))
+            if slot.cpu_slot is not None:
+                modified.update(("conn", slot.cpu_slot + i) for i in range(self.cpu_slots))
+            plans.append((s, counts, modified))
+        n_rec = len(plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0).steps)
+        self.recycler = nic.create_qp(self.recycle_cq, self.recycle_cq, sq_depth=k * n_rec,
+                                      managed=True, sq_in_nic_memory=self.device_memory)
+        connect(self.recycler, self.recycler)
+        p_rec = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0).signaled
+        wait_delta = k * p_rec
+        for s, counts, modified in plans:
+            plan = plan_recycle(counts, modified, self.slot_size, s * n_rec, wait_delta,
+                                self.master.sq_depth)
+            if plan.signaled != p_rec or len(plan.steps) != n_rec:
+                raise RecycleError("chains v2: credit slots with different recycle segments")
+            found = check_recycle(plan, counts + own_counts(plan, s * n_rec, wait_delta,
+                                                             self.master.sq_depth),
+                                  modified)
+            if found:
+                raise RecycleError("; ".join(found))
+            self._slots[s].plan = plan
+            self._slots[s].rec_base = s * n_rec
+        # pristine images (scratch and modified WQE runs), in the rings' memory kind
+        size = 0
+        for s in range(k):
+            size += self.slot_size
+            for st in self._slots[s].plan.steps:  # type: ignore[union-attr]
+                if st.kind in ("restore_wqes", "restore_ctrl"):
+                    size += st.span[2] * qps[st.span[0]].stride
+        at = nic.dm_alloc(size, 4096) if self.device_memory else host.alloc(size, 4096)
+        self.pristine = nic.register_mr(at, size, Access.LOCAL_WRITE)
+        self.dbrec_addr = host.alloc(64, 64)
+        self.dbrec = nic.register_mr(self.dbrec_addr, 8,
+                                     Access.LOCAL_WRITE | Access.REMOTE_ATOMIC)
+        self.conn.attach_rq_doorbell(self.dbrec_addr)
+        self.sink_addr = host.alloc(8, 8)
+        self.sink = nic.register_mr(self.sink_addr, 8, Access.LOCAL_WRITE)
+        for s in range(k):
+            slot = self._slots[s]
+            slot.pristine = at
+            bufs = self._buffer_addrs(s)
+            first_buf = min(a for n, a in bufs.items() if n != "stg")
+            image = bytearray(mem.read(first_buf, self.slot_size))
+            for arm in self.alloc_arms:  # a quota allowance is per round, set by the CPU
+                image[bufs[arm] + 7 - first_buf] = 0
+            mem.write(at, bytes(image))
+            at += self.slot_size
+            slot.wqe_copies = {}
+            for st in slot.plan.steps:  # type: ignore[union-attr]
+                if st.kind in ("restore_wqes", "restore_ctrl"):
+                    role, first, n = st.span
+                    q = qps[role]
+                    raw = mem.read(q.wqe_addr(first), n * q.stride)
+                    mem.write(at, raw)
+                    slot.wqe_copies[(role, first)] = at
+                    at += len(raw)
+            self._post_segment(s, first_buf)
+        self.p_rec = p_rec
+        self.recycle_wrs = n_rec
+
+    def _post_segment(self, s: int, scratch_at: int) -> None:
+        """Post credit slot ``s``'s recycle segment on the recycler (once)."""
+        slot = self._slots[s]
+        plan = slot.plan
+        assert plan is not None and slot.wqe_copies is not None
+        qps = {r.value: q for r, q in self.qps.items()}
+        order = self.nic.profile.atomic_byte_order
+        shift = 32 if order == "big" else 0  # the count is the word's first 4 octets
+        sig = WqeFlags.SIGNALED
+        rec = self.recycler
+        signaled_before = 0
+        master_end = slot.segments[Role.MASTER][1]
+        for i, st in enumerate(plan.steps):
+            wr_id = s << 16 | i  # on the recycler's own CQ, which only its WAITs count
+            if st.kind == "restore_scratch":
+                wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.pristine, self.slot_size,
+                                                         self.pristine.lkey),),
+                                 sig, remote_addr=scratch_at, rkey=self.scratch.rkey,
+                                 wr_id=wr_id)
+            elif st.kind in ("restore_wqes", "restore_ctrl"):
+                role, first, n = st.span
+                q = qps[role]
+                length = CTRL_SIZE if st.kind == "restore_ctrl" else n * q.stride
+                wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.wqe_copies[(role, first)],
+                                                         length, self.pristine.lkey),),
+                                 sig, remote_addr=q.wqe_addr(first), rkey=q.sq_mr.rkey,
+                                 wr_id=wr_id)
+            elif st.kind == "advance":
+                c = st.count
+                assert c is not None
+                q = rec if c.qp == "recycler" else qps[c.qp]
+                if c.qp == "recycler":  # its own WAIT/ENABLE (no condition)
+                    probe = WorkRequest(Opcode.WAIT if c.opcode == "WAIT" else Opcode.ENABLE)
+                else:
+                    probe = q.posted[c.index % q.sq_depth]
+                off = field_layout(probe)["wait_index"][0]
+                wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
+                                 sig, remote_addr=q.wqe_addr(c.index) + off,
+                                 rkey=q.sq_mr.rkey, swap_add=c.delta << shift, wr_id=wr_id)
+            elif st.kind == "wait":
+                wr = WorkRequest(Opcode.WAIT, target=self.recycle_cq.cqn,
+                                 count=s * plan.signaled + signaled_before, wr_id=wr_id)
+            elif st.kind == "rearm_recv":
+                wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
+                                 sig, remote_addr=self.dbrec_addr, rkey=self.dbrec.rkey,
+                                 swap_add=1 << 32, wr_id=wr_id)
+            else:  # enable_master: through this credit's next round
+                wr = WorkRequest(Opcode.ENABLE, target=self.master.qpn,
+                                 count=master_end + self.master.sq_depth, wr_id=wr_id)
+            idx = rec.post_send(wr)
+            assert idx == slot.rec_base + i, (idx, slot.rec_base, i)
+            signaled_before += st.signaled
+
+    # ------------------------------------------------------------ the CPU's side
+    def _grantable(self) -> int:
+        """Credits whose slot may be recycled now, in order."""
+        n, k = 0, self.credits
+        while True:
+            old = self.posted + n - k
+            if old in self.live or old >= self.finished:
+                return n
+            nxt = old + 1
+            if self.cpu_slots and (nxt in self.live or nxt >= self.finished):
+                return n  # its CPU slots run in the next credit's barrier
+            n += 1
+
+    def poll(self, now: int):  # type: ignore[no-untyped-def]
+        out = super().poll(now)
+        self.free_slots = [0] * self._grantable()  # what refill() may grant now
+        return out
+
+    def refill(self, min_batch: int = 1) -> int:
+        """Grant the recycling of finished credits, in order, once at least
+        ``min_batch`` may be granted: one ENABLE of the recycler (an MMIO write) for
+        the batch; returns how many."""
+        n = self._grantable()
+        if n < min_batch or n == 0:
+            return 0
+        k = self.credits
+        limit = 0
+        for _ in range(n):
+            number = self.posted
+            s = number % k
+            rnd = number // k
+            slot = self._slots[s]
+            cr = _Credit(number, self._buffer_addrs(s))
+            cr.index = {name: (qp, idx + rnd * qp.sq_depth)  # type: ignore[attr-defined]
+                        for name, (qp, idx) in slot.index.items()}
+            if slot.cpu_slot is not None:
+                first = slot.cpu_slot + rnd * self.conn.sq_depth
+                self._cpu_slot_index[number] = first
+                for i in range(self.cpu_slots):  # the CPU's own bookkeeping of the slots
+                    j = (first + i) % self.conn.sq_depth
+                    self.conn.wr_ids[j] = CPU_WR
+                    self.conn.posted[j] = WorkRequest(Opcode.NOP, flags=WqeFlags.SIGNALED,
+                                                      wr_id=CPU_WR)
+            armed = bool(self.alloc_arms) and self.alloc_budget > 0
+            if armed:
+                self.alloc_budget -= 1
+            cr.alloc_armed = armed
+            self._pristine_octets(s, armed)
+            self.live[number] = cr
+            self._slot_credit[s] = number
+            self.posted += 1
+            limit = slot.rec_base + (rnd - 1) * self.recycler.sq_depth + self.recycle_wrs
+        self.recycler.enable(limit)
+        self.doorbells += 1
+        self.free_slots = []
+        return n
+
+    def _pristine_octets(self, s: int, armed: bool) -> None:
+        """The CPU's octets in slot ``s``'s pristine image: the session octet, and the
+        quota octets of this round (armed or not)."""
+        slot = self._slots[s]
+        bufs = self._buffer_addrs(s)
+        base = min(a for n, a in bufs.items() if n != "stg")
+        mem = self.nic.host.memory
+        if "arm_read" in bufs:
+            mem.write(slot.pristine + bufs["arm_read"] - base + SESSION_OCTET,
+                      b"\x01" if self.session else b"\x00")
+        for arm in self.alloc_arms:
+            mem.write(slot.pristine + bufs[arm] - base + 7, b"\x01" if armed else b"\x00")
+        self.mmio_writes += self.device_memory * (1 + len(self.alloc_arms))
+
+    def set_session(self, established: bool, after: int) -> None:
+        super().set_session(established, after)
+        for n, cr in self.live.items():  # and the pristine image their restore copies
+            if n > after:
+                self._pristine_octets(n % self.credits, cr.alloc_armed)
+
+    def arm(self, credit: int) -> None:
+        super().arm(credit)
+        self._pristine_octets(credit % self.credits, True)
+
+    def disarm(self, credit: int) -> None:
+        super().disarm(credit)
+        self._pristine_octets(credit % self.credits, False)
+
+    def drained(self) -> bool:
+        """Nothing of the chains writes memory any more: every QP (recycler included)
+        has no work request in flight but WAITs that will never be satisfied."""
+        for q in (*self.qps.values(), self.recycler):
+            if q.state is not QpState.ERROR and q is not self.recycler:
+                return False
+            if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
+                   for ctx in q.pending):
+                return False
+        return True
+
+    def stop(self, now: int) -> None:
+        super().stop(now)
+        if self.recycler.state is not QpState.ERROR:
+            self.recycler.to_error()
+
+    def describe_recycling(self) -> list[str]:
+        """Slot 0's recycle segment, one step a line (``kbtpsim chains show --chains
+        v2``)."""
+        plan = self._slots[0].plan
+        return [] if plan is None else plan.describe()
+
+
+__all__ = ["RecycleError", "RecyclingChainServer"]

@@ -1,0 +1,105 @@
+"""The verifier rules of recycled chains (kbtpsim.chains.v2.recycle): each rule with a
+broken plan it must catch, and the plans a real credit gets pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kbtpsim.chains.harness import Harness
+from kbtpsim.chains.v2.recycle import (
+    CountField,
+    RecyclePlan,
+    check_recycle,
+    own_counts,
+    plan_recycle,
+    runs,
+)
+
+COUNTS = [CountField("master", 0, "WAIT", "cq:recv", 4),
+          CountField("master", 1, "ENABLE", "qp:worker", 40),
+          CountField("worker", 7, "ENABLE", "qp:gate", 4)]
+MODIFIED = {("worker", 2), ("worker", 3), ("conn", 0), ("worker", 5)}
+
+
+def plan() -> tuple[RecyclePlan, list[CountField]]:
+    p = plan_recycle(COUNTS, MODIFIED, 256, 10, 36, 68)
+    return p, COUNTS + own_counts(p, 10, 36, 68)
+
+
+def test_runs_merge_contiguous_indices() -> None:
+    assert runs([5, 2, 3, 9]) == [(2, 2), (5, 1), (9, 1)]
+
+
+def test_a_sound_plan_passes() -> None:
+    p, counts = plan()
+    assert check_recycle(p, counts, MODIFIED) == []
+    kinds = [s.kind for s in p.steps]
+    assert kinds[0] == "restore_scratch" and kinds.count("restore_wqes") == 3  # runs
+    assert kinds.index("wait") < kinds.index("rearm_recv") < kinds.index("enable_master")
+
+
+def test_a_count_never_advanced_is_caught() -> None:
+    p, counts = plan()
+    p.steps = [s for s in p.steps if not (s.count is not None and s.count.index == 1)]
+    found = check_recycle(p, counts, MODIFIED)
+    assert any("master#1 ENABLE qp:worker: its count is never advanced" in f for f in found)
+
+
+def test_a_wrong_advance_is_caught() -> None:
+    p, counts = plan()
+    i = next(i for i, s in enumerate(p.steps) if s.count is not None and s.count.index == 0)
+    c = p.steps[i].count
+    assert c is not None
+    p.steps[i] = replace(p.steps[i], count=replace(c, delta=3))
+    assert any("advanced by 3, one round is 4" in f for f in check_recycle(p, counts,
+                                                                           MODIFIED))
+
+
+def test_a_count_advanced_twice_is_caught() -> None:
+    p, counts = plan()
+    p.steps.insert(1, next(s for s in p.steps if s.kind == "advance"))
+    assert any("advanced 2 times" in f for f in check_recycle(p, counts, MODIFIED))
+
+
+def test_a_modified_wqe_left_unrestored_is_caught() -> None:
+    p, counts = plan()
+    assert any("worker#9 is modified by the chain and never restored" in f
+               for f in check_recycle(p, counts, MODIFIED | {("worker", 9)}))
+
+
+def test_master_enabled_before_the_wait_is_caught() -> None:
+    p, counts = plan()
+    w = next(i for i, s in enumerate(p.steps) if s.kind == "wait")
+    e = next(i for i, s in enumerate(p.steps) if s.kind == "enable_master")
+    p.steps[w], p.steps[e] = p.steps[e], p.steps[w]
+    assert any("ENABLEd before the restores" in f for f in check_recycle(p, counts,
+                                                                         MODIFIED))
+
+
+def test_an_own_count_advanced_before_it_runs_is_caught() -> None:
+    p, counts = plan()
+    last = p.steps.pop()  # the advance of the recycler's ENABLE
+    p.steps.insert(0, last)
+    found = check_recycle(p, counts, MODIFIED)
+    assert any("is advanced before it runs" in f for f in found), found
+
+
+def test_a_restore_after_the_wait_is_caught() -> None:
+    p, counts = plan()
+    i = next(i for i, s in enumerate(p.steps) if s.kind == "restore_wqes")
+    p.steps.append(p.steps.pop(i))
+    assert any("comes after the WAIT" in f for f in check_recycle(p, counts, MODIFIED))
+
+
+@pytest.mark.parametrize("profile", ["ideal-be", "cx5"])
+def test_every_credit_slot_of_a_real_chain_verifies(profile: str) -> None:
+    h = Harness(profile, False, credits=3, chains="v2")
+    s = h.server
+    for slot in range(3):
+        p = s._slots[slot].plan
+        assert p is not None
+        assert p.counts and p.modified  # the WAIT/ENABLE counts, the patched WQEs
+        assert check_recycle(p, p.counts + own_counts(p, p.base, 3 * p.signaled,
+                                                      s.master.sq_depth), p.modified) == []
