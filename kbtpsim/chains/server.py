@@ -44,6 +44,7 @@ from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
+from kbtpsim.chains.v2 import chain_server_class, recycle_blockers
 from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.profiles import get_profile
@@ -148,7 +149,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
                  profile: str | NicProfile = "ideal-be", refill_batch: int = 1,
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
-                 **kw: Any) -> None:
+                 chains: str = "v1", **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         if addr_le is None:
             addr_le = prof.wqe_field_byte_order == "little"
@@ -161,6 +162,12 @@ class OffloadedTargetServer(SoftwareTargetServer):
         if config.counter_mode is not CounterMode.MASKED:  # decision O9
             raise ValueError("counter_mode unmasked: the offloaded target's chains take "
                              "Tickets with masked FetchAdds (draft, 'Free-Block Ring')")
+        #: the ChainServer class: chains v1 (re-posted) or v2 (re-armed by the NIC)
+        self.chain_server_class = chain_server_class(chains)
+        self.chains_version = chains
+        if chains == "v2" and recycle_blockers(prof):
+            raise ValueError(f"target.chains: v2 cannot run on NIC profile {prof.name!r}: "
+                             + "; ".join(recycle_blockers(prof)) + " (use chains: v1)")
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch
@@ -245,9 +252,9 @@ class OffloadedTargetServer(SoftwareTargetServer):
             ring = self._ring_keys
         # one credit per request credit, one for HELLO/GOODBYE, and the refill lag
         credits = self.config.request_credits + self.refill_batch
-        chains = ChainServer(self.nic, plan.chain, self.chain_layout, credits,
-                             self._table_key, self._pool_key, True, ring,
-                             cpu_slots=self.cpu_slots)
+        cls = self.chain_server_class if plan.offloaded else ChainServer
+        chains = cls(self.nic, plan.chain, self.chain_layout, credits, self._table_key,
+                     self._pool_key, True, ring, cpu_slots=self.cpu_slots)
         connect(chains.conn, peer, link)
         conn_id = next(self._conn_ids)
         cc = _ChainConn(conn_id, chains, plan, name)

@@ -146,8 +146,9 @@ class CpuSpec(Strict):
         "kbtpsim.system.cpu.DEFAULT_OP_NS (keys: HELLO, LOAD, STORE, ALLOC_STORE, FREE, "
         "BIND, READ_DONE, TIMER, DIRECT, ...).")
     refill_batch: int = Field(
-        1, ge=1, le=65535, description="Offload mode: re-post finished chains once at least "
-        "this many have finished (one doorbell per batch; clamped to the credits).")
+        1, ge=1, le=65535, description="Offload mode: re-post (chains v1) or grant the "
+        "NIC's re-arming of (v2) finished chains once at least this many have finished "
+        "(one doorbell or ENABLE per batch; clamped to the credits).")
     repost_wqe: Time | None = Field(
         None, description="Offload mode: CPU time to re-post one WQE of a consumed chain "
         "(default: the NIC profile's `cpu_post_ns`, building a WQE through the verbs API; "
@@ -239,6 +240,12 @@ class TargetSpec(Strict):
     operations: dict[TargetOp, Literal["software", "offload"]] = Field(
         default_factory=dict, description="Offload mode: where each operation runs "
         "(default: offload where the NIC profile allows it).")
+    chains: Literal["v1", "v2"] = Field(
+        "v1", description="Offload mode: the chain design. `v1`: the CPU re-posts every "
+        "finished chain (60 ns a WQE); `v2`: the NIC re-arms each credit's chain in place "
+        "(pristine restores, FetchAdds advancing the WAIT/ENABLE counts, receives re-armed "
+        "through the receive doorbell record) and the CPU only grants it, one ENABLE per "
+        "batch of `cpu.refill_batch` (docs/chains.md, 'Chains v2'; decision C11).")
     nic: NicSpec = Field(default_factory=NicSpec, description="The target's NIC.")
     cpu: CpuSpec = Field(default_factory=CpuSpec, description="The target's CPU.")
     blocks: int = Field(1024, ge=1, le=1 << 28, description="F: blocks in the pool.")
@@ -604,7 +611,14 @@ def check(sc: Scenario) -> None:
 
 
 def _check_target(tgt: TargetSpec, path: str) -> None:
-    nic_profile(tgt.nic, f"{path}.nic")
+    prof = nic_profile(tgt.nic, f"{path}.nic")
+    if tgt.mode == "offload" and tgt.chains == "v2":
+        from kbtpsim.chains.v2 import recycle_blockers
+
+        why = recycle_blockers(prof)
+        if why:
+            raise SchemaRuleError(f"{path}.chains", f"v2 cannot run on NIC profile "
+                                  f"{prof.name!r}: {'; '.join(why)} (use chains: v1)")
     if tgt.block_size % 8 or tgt.block_size <= 0 or tgt.block_size >= 1 << 32:
         raise SchemaRuleError(f"{path}.block_size", "must be a positive multiple of 8 "
                               "below 4GiB")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from kbtpsim.chains.post import ChainServer
-from kbtpsim.chains.v2.server import RecycleError, RecyclingChainServer
+from kbtpsim.chains.v2.server import RecycleError, RecyclingChainServer, recycle_blockers
 
 #: the values of ``target.chains``
 CHAIN_VERSIONS = ("v1", "v2")
@@ -20,4 +20,5 @@ def chain_server_class(chains: str) -> type[ChainServer]:
     raise ValueError(f"chains must be one of {', '.join(CHAIN_VERSIONS)}, got {chains!r}")
 
 
-__all__ = ["CHAIN_VERSIONS", "RecycleError", "RecyclingChainServer", "chain_server_class"]
+__all__ = ["CHAIN_VERSIONS", "RecycleError", "RecyclingChainServer", "chain_server_class",
+           "recycle_blockers"]

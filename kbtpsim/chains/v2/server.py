@@ -39,11 +39,27 @@ from kbtpsim.chains.v2.recycle import (
     plan_recycle,
 )
 from kbtpsim.nic import Access, MemoryRegion, Nic, QpState, Sge, WorkRequest, WqeFlags, connect
+from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
 
 
 class RecycleError(ValueError):
     """A chain or profile that cannot be recycled in place (the message says why)."""
+
+
+def recycle_blockers(prof: NicProfile) -> list[str]:
+    """Why chains cannot be recycled in place on ``prof`` (empty: they can)."""
+    return [text for bad, text in (
+        (not prof.wait_enable, "no WAIT/ENABLE (wait_enable)"),
+        (not prof.cas_on_wqe, "no atomics on WQEs (cas_on_wqe): the counts are advanced "
+                              "by FetchAdds on WQE fields"),
+        (prof.atomic_byte_order != prof.wqe_field_byte_order,
+         "atomics and WQE fields in different byte orders"),
+        (prof.atomic_byte_order != "big", "little-endian atomics cannot advance the "
+                                          "big-endian receive doorbell record"),
+        (prof.wqe_checks, "WQE checks on (wqe_checks): a recycled WQE keeps its round-0 "
+                          "index"),
+    ) if bad]
 
 
 @dataclass
@@ -57,6 +73,8 @@ class _Slot:
     rec_base: int = 0  #: recycler index of its recycle segment (round 0)
     pristine: int = 0  #: address of its pristine scratch image
     wqe_copies: dict[tuple[str, int], int] | None = None  #: (role, first) -> pristine addr
+    session: bool = False  #: the session octet in the pristine image
+    armed: bool = False  #: the quota octets in the pristine image
 
 
 class RecyclingChainServer(ChainServer):
@@ -69,20 +87,9 @@ class RecyclingChainServer(ChainServer):
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
                  alloc_budget: int = 0, cpu_slots: int = 0) -> None:
-        prof = nic.profile
-        why = [text for bad, text in (
-            (not prof.wait_enable, "no WAIT/ENABLE (wait_enable)"),
-            (not prof.cas_on_wqe, "no atomics on WQEs (cas_on_wqe): the counts are "
-                                  "advanced by FetchAdds on WQE fields"),
-            (prof.atomic_byte_order != prof.wqe_field_byte_order,
-             "atomics and WQE fields in different byte orders"),
-            (prof.atomic_byte_order != "big", "little-endian atomics cannot advance the "
-                                              "big-endian receive doorbell record"),
-            (prof.wqe_checks, "WQE checks on (wqe_checks): a recycled WQE keeps its "
-                              "round-0 index"),
-        ) if bad]
+        why = recycle_blockers(nic.profile)
         if why:
-            raise RecycleError(f"chains v2 cannot recycle on profile {prof.name!r}: "
+            raise RecycleError(f"chains v2 cannot recycle on profile {nic.profile.name!r}: "
                                + "; ".join(why))
         if credits < 2:
             raise RecycleError(f"chains v2 need at least 2 credits, got {credits}")
@@ -347,12 +354,17 @@ class RecyclingChainServer(ChainServer):
         bufs = self._buffer_addrs(s)
         base = min(a for n, a in bufs.items() if n != "stg")
         mem = self.nic.host.memory
-        if "arm_read" in bufs:
+        if "arm_read" in bufs and slot.session != self.session:
             mem.write(slot.pristine + bufs["arm_read"] - base + SESSION_OCTET,
                       b"\x01" if self.session else b"\x00")
-        for arm in self.alloc_arms:
-            mem.write(slot.pristine + bufs[arm] - base + 7, b"\x01" if armed else b"\x00")
-        self.mmio_writes += self.device_memory * (1 + len(self.alloc_arms))
+            slot.session = self.session
+            self.mmio_writes += self.device_memory
+        if self.alloc_arms and slot.armed != armed:  # only what changes is written
+            for arm in self.alloc_arms:
+                mem.write(slot.pristine + bufs[arm] - base + 7, b"\x01" if armed
+                          else b"\x00")
+            slot.armed = armed
+            self.mmio_writes += self.device_memory * len(self.alloc_arms)
 
     def set_session(self, established: bool, after: int) -> None:
         super().set_session(established, after)
