@@ -24,7 +24,7 @@ import simpy
 from kbtpsim.chains.layout import ChainLayout, register_ring
 from kbtpsim.chains.plan import plan_connection
 from kbtpsim.chains.post import Finished
-from kbtpsim.chains.v2 import chain_server_class
+from kbtpsim.chains.v2 import chain_server_class, prepare_chain
 from kbtpsim.nic import (
     Access,
     Opcode,
@@ -111,7 +111,8 @@ class Harness:
             ring = register_ring(self.tnic, self.target_layout.rings[0])
         self.quota = quota
         server_class = chain_server_class(chains)
-        self.server = server_class(self.tnic, self.plan.chain, self.layout, credits,
+        chain = prepare_chain(chains, self.plan.chain, prof)
+        self.server = server_class(self.tnic, chain, self.layout, credits,
                                    table_key, pool_key, device_memory, ring)
         self.cpu_request_ps = round(cpu_request_ns * 1000)
         self.refill_batch = refill_batch

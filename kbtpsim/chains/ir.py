@@ -178,6 +178,9 @@ class WrTemplate:
     cas_cond: CondSpec | None = None
     #: memory read at execution besides gather lists and conditions (an atomic's target)
     reads: tuple[Read, ...] = ()
+    #: for a worker WR: the worker QP it runs on ("" = the connection's one worker QP;
+    #: chains v2 give each part its own, :mod:`kbtpsim.chains.v2.lanes`)
+    lane: str = ""
 
     @property
     def label(self) -> str:

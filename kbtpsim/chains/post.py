@@ -164,6 +164,12 @@ class ChainServer:
         self.signaled = sum(1 for w in self.templates
                             if w.role in (Role.WORKER, Role.CONN) and w.signaled)
         n_work = len(self.per_credit[Role.WORKER])
+        #: worker lanes (chains v2, kbtpsim.chains.v2.lanes): lane -> its WRs per credit
+        self.lane_wrs: dict[str, int] = {}
+        for w in self.per_credit[Role.WORKER]:
+            if w.lane:
+                self.lane_wrs[w.lane] = self.lane_wrs.get(w.lane, 0) + 1
+        n_lane_free = n_work - sum(self.lane_wrs.values())
         n_conn = len(self.per_credit[Role.CONN])
         n_master = len(self.per_credit[Role.MASTER])
         depth = self.RING_ROUNDS * credits
@@ -201,9 +207,10 @@ class ChainServer:
                                   sq_depth=max(1, n_conn + self.cpu_slots) * depth,
                                   rq_depth=depth, managed=managed, sq_in_nic_memory=dm)
         self.qps = {Role.CONN: self.conn}
+        self.lane_qps: dict[str, QueuePair] = {}
         if managed:
             self.worker = nic.create_qp(self.chain_cq, self.chain_cq,
-                                        sq_depth=max(1, n_work) * depth, managed=True,
+                                        sq_depth=max(1, n_lane_free) * depth, managed=True,
                                         sq_in_nic_memory=dm)
             self.master = nic.create_qp(self.master_cq, self.master_cq,
                                         sq_depth=max(1, n_master + self._barrier_wrs())
@@ -211,7 +218,11 @@ class ChainServer:
                                         sq_in_nic_memory=dm)
             self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
                                       managed=True, sq_in_nic_memory=dm)
-            for qp in (self.worker, self.master, self.gate):
+            for lane, n in self.lane_wrs.items():
+                self.lane_qps[lane] = nic.create_qp(self.chain_cq, self.chain_cq,
+                                                    sq_depth=n * depth, managed=True,
+                                                    sq_in_nic_memory=dm)
+            for qp in (self.worker, self.master, self.gate, *self.lane_qps.values()):
                 connect(qp, qp)
             self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
                              Role.GATE: self.gate})
@@ -253,6 +264,23 @@ class ChainServer:
     #: rounds of credits a send ring holds: 2 (v1: a credit is re-posted into the next
     #: free WQEs while the others run); 1 for chains that re-arm themselves in place
     RING_ROUNDS = 2
+
+    def queues(self) -> dict[str, QueuePair]:
+        """Every send queue of the chains by name: ``conn``, ``worker``, ``master``,
+        ``gate`` and ``worker@LANE`` for each lane."""
+        out = {r.value: q for r, q in self.qps.items()}
+        out.update({f"worker@{lane}": q for lane, q in self.lane_qps.items()})
+        return out
+
+    def _queue(self, name: str) -> QueuePair:
+        """The QP ``qp:NAME`` names (a role, or ``worker@LANE``)."""
+        if "@" in name:
+            return self.lane_qps[name.split("@", 1)[1]]
+        return self.qps[Role(name)]
+
+    def _qp_of(self, w: WrTemplate) -> QueuePair:
+        """The QP a template is posted on."""
+        return self.lane_qps[w.lane] if w.lane else self.qps[w.role]
 
     @property
     def repost_wrs_per_credit(self) -> int:
@@ -361,7 +389,7 @@ class ChainServer:
                     "ring:head": self.ring.head_to,
                     "region:ring": self.ring.slots.base_to}[ref]
         if ref.startswith("qp:"):
-            return self.qps[Role(ref[3:])].qpn
+            return self._queue(ref[3:]).qpn
         if ref.startswith("wr:"):
             return cr.index[ref[3:]][1] + src.offset
         raise ValueError(f"{w.name}: cannot resolve {ref!r}")
@@ -460,7 +488,7 @@ class ChainServer:
         assert isinstance(t, Addr)
         kind, name = t.ref.split(":")
         if kind == "qp":
-            return self.qps[Role(name)].qpn
+            return self._queue(name).qpn
         cq = {"chain": self.chain_cq, "recv": self.recv_cq, "gate": self.gate_cq}[name]
         return cq.cqn
 
@@ -478,17 +506,16 @@ class ChainServer:
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
         # index assignment, then shapes (for field offsets), then the real WRs
         self._shapes: dict[str, WorkRequest] = {}
-        counters = {r: q.post_index for r, q in self.qps.items()}
+        counters = {q: q.post_index for q in self.queues().values()}
         first_master = next((w.name for w in self.per_credit[Role.MASTER]), None)
         for w in self.templates:
             if w.role is Role.RECV:
                 continue
-            cr.index[w.name] = (self.qps[w.role], counters[w.role])
-            counters[w.role] += 1
+            q = self._qp_of(w)
+            cr.index[w.name] = (q, counters[q])
+            counters[q] += 1
             if self.cpu_slots and w.name == first_master:
-                counters[w.role] += 2  # the previous credit's CPU slots (below)
-        if self.cpu_slots:
-            counters[Role.CONN] += self.cpu_slots
+                counters[q] += 2  # the previous credit's CPU slots (below)
         for w in self.templates:
             if w.role is not Role.RECV:
                 self._shapes[w.name] = self._build(cr, w, shape=True)
@@ -498,7 +525,7 @@ class ChainServer:
             qp = self.qps[role]
             for w in self.per_credit[role]:
                 wr = self._build(cr, w, shape=False)
-                idx = qp.post_send(wr)
+                idx = self._qp_of(w).post_send(wr)
                 assert idx == cr.index[w.name][1], (w.name, idx)
                 self.wrs_posted += 1
                 if self.cpu_slots and w.name == first_master:
@@ -623,14 +650,14 @@ class ChainServer:
         on (:meth:`poll`). Then wait for :meth:`drained`."""
         if self.failed_at is None or now < self.failed_at:
             self.failed_at = now
-        for qp in self.qps.values():
+        for qp in self.queues().values():
             if qp.state is not QpState.ERROR:
                 qp.to_error()
 
     def drained(self) -> bool:
         """Every work request posted on the connection's QPs has completed (with success
         or flushed): nothing of the chains writes memory any more."""
-        return all(qp.retired >= qp.post_index for qp in self.qps.values())
+        return all(qp.retired >= qp.post_index for qp in self.queues().values())
 
     def images(self, credit: int) -> tuple[bytes, bytes]:
         """What the credit's chain read before it wrote anything (octets as in memory):

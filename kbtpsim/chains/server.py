@@ -44,7 +44,7 @@ from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
-from kbtpsim.chains.v2 import chain_server_class, recycle_blockers
+from kbtpsim.chains.v2 import chain_server_class, prepare_chain, recycle_blockers
 from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.profiles import get_profile
@@ -253,7 +253,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
         # one credit per request credit, one for HELLO/GOODBYE, and the refill lag
         credits = self.config.request_credits + self.refill_batch
         cls = self.chain_server_class if plan.offloaded else ChainServer
-        chains = cls(self.nic, plan.chain, self.chain_layout, credits, self._table_key,
+        chain = prepare_chain(self.chains_version, plan.chain, self.nic.profile)
+        chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
                      self._pool_key, True, ring, cpu_slots=self.cpu_slots)
         connect(chains.conn, peer, link)
         conn_id = next(self._conn_ids)

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.post import ChainServer
+from kbtpsim.chains.v2.lanes import split_lanes
 from kbtpsim.chains.v2.server import RecycleError, RecyclingChainServer, recycle_blockers
+from kbtpsim.chains.verify import verify
+from kbtpsim.nic.profile import NicProfile
 
 #: the values of ``target.chains``
 CHAIN_VERSIONS = ("v1", "v2")
@@ -20,5 +24,18 @@ def chain_server_class(chains: str) -> type[ChainServer]:
     raise ValueError(f"chains must be one of {', '.join(CHAIN_VERSIONS)}, got {chains!r}")
 
 
+def prepare_chain(chains: str, chain: Chain, profile: NicProfile) -> Chain:
+    """The chain a connection posts: v1's as planned; v2's with each part on its own
+    worker lane (:func:`~kbtpsim.chains.v2.lanes.split_lanes`), verified again."""
+    if chains != "v2" or not chain.count(include_master=False):
+        return chain
+    out = split_lanes(chain)
+    found = verify(out, profile)
+    if found:
+        raise RecycleError(f"chains v2: the chain in lanes does not verify on "
+                           f"{profile.name!r}: {found[0]}")
+    return out
+
+
 __all__ = ["CHAIN_VERSIONS", "RecycleError", "RecyclingChainServer", "chain_server_class",
-           "recycle_blockers"]
+           "prepare_chain", "recycle_blockers"]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbtpsim.chains.ir import Chain, Role
+from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.chains.post import _LOC, CPU_WR, SESSION_OCTET, ChainServer, _Credit
 from kbtpsim.chains.v2.recycle import (
@@ -67,7 +67,7 @@ class _Slot:
     """Round-0 facts of one credit slot."""
 
     index: dict[str, tuple[object, int]]  #: template name -> (qp, round-0 index)
-    segments: dict[Role, tuple[int, int]]  #: role -> [first, end) round-0 WQE indices
+    segments: dict[str, tuple[int, int]]  #: queue -> [first, end) round-0 WQE indices
     cpu_slot: int | None  #: round-0 index of its first CPU slot on the connection QP
     plan: RecyclePlan | None = None
     rec_base: int = 0  #: recycler index of its recycle segment (round 0)
@@ -123,11 +123,12 @@ class RecyclingChainServer(ChainServer):
         return 0
 
     def _post_credit(self) -> None:
-        before = {r: q.post_index for r, q in self.qps.items()}
+        queues = self.queues()
+        before = {r: q.post_index for r, q in queues.items()}
         number = self.posted
         super()._post_credit()
         cr = self.live[number]
-        segs = {r: (before[r], q.post_index) for r, q in self.qps.items()}
+        segs = {r: (before[r], q.post_index) for r, q in queues.items()}
         self._slots[number] = _Slot(dict(cr.index), segs,
                                     self._cpu_slot_index.get(number))
         self._slot_credit[number] = number
@@ -135,16 +136,17 @@ class RecyclingChainServer(ChainServer):
     # ------------------------------------------------------------ set-up
     def _setup_recycling(self) -> None:
         nic, host, mem, k = self.nic, self.nic.host, self.nic.host.memory, self.credits
-        qps = {r.value: q for r, q in self.qps.items()}
+        qps = self.queues()
         per = {r: self._slots[0].segments[r][1] - self._slots[0].segments[r][0]
-               for r in self.qps}
-        for r, q in self.qps.items():
-            if q.sq_depth != k * per[r]:
-                raise RecycleError(f"chains v2: the {r.value} ring holds {q.sq_depth} WQEs, "
+               for r in qps}
+        for r, q in qps.items():
+            if per[r] and q.sq_depth != k * per[r]:
+                raise RecycleError(f"chains v2: the {r} ring holds {q.sq_depth} WQEs, "
                                    f"not {k} credits x {per[r]}")
         cqs = {self.recv_cq.cqn: ("cq:recv", k), self.gate_cq.cqn: ("cq:gate", k),
                self.chain_cq.cqn: ("cq:chain", k * self.per_credit_cqes)}
-        by_qpn = {q.qpn: (r.value, q.sq_depth) for r, q in self.qps.items()}
+        by_qpn = {q.qpn: (r, q.sq_depth) for r, q in qps.items()}
+        name_of = {id(q): r for r, q in qps.items()}
         wqe_dests: set[str] = set()
         for w in self.templates:
             for pl in w.places:
@@ -162,7 +164,7 @@ class RecyclingChainServer(ChainServer):
             slot = self._slots[s]
             counts: list[CountField] = []
             for r, (first, end) in slot.segments.items():
-                q = self.qps[r]
+                q = qps[r]
                 for idx in range(first, end):
                     wr = q.posted[idx % q.sq_depth]
                     if wr.opcode is Opcode.WAIT:
@@ -172,12 +174,11 @@ class RecyclingChainServer(ChainServer):
                         tgt = f"qp:{name}"
                     else:
                         continue
-                    counts.append(CountField(r.value, idx, wr.opcode.name, tgt, delta))
+                    counts.append(CountField(r, idx, wr.opcode.name, tgt, delta))
             modified: set[tuple[str, int]] = set()
             for name in wqe_dests:
                 qp, idx = slot.index[name]
-                role = next(r for r, q in self.qps.items() if q is qp)
-                modified.add((role.value, idx))
+                modified.add((name_of[id(qp)], idx))
             if slot.cpu_slot is not None:
                 modified.update(("conn", slot.cpu_slot + i) for i in range(self.cpu_slots))
             plans.append((s, counts, modified))
@@ -242,13 +243,13 @@ class RecyclingChainServer(ChainServer):
         slot = self._slots[s]
         plan = slot.plan
         assert plan is not None and slot.wqe_copies is not None
-        qps = {r.value: q for r, q in self.qps.items()}
+        qps = self.queues()
         order = self.nic.profile.atomic_byte_order
         shift = 32 if order == "big" else 0  # the count is the word's first 4 octets
         sig = WqeFlags.SIGNALED
         rec = self.recycler
         signaled_before = 0
-        master_end = slot.segments[Role.MASTER][1]
+        master_end = slot.segments["master"][1]
         for i, st in enumerate(plan.steps):
             wr_id = s << 16 | i  # on the recycler's own CQ, which only its WAITs count
             if st.kind == "restore_scratch":
@@ -383,7 +384,7 @@ class RecyclingChainServer(ChainServer):
     def drained(self) -> bool:
         """Nothing of the chains writes memory any more: every QP (recycler included)
         has no work request in flight but WAITs that will never be satisfied."""
-        for q in (*self.qps.values(), self.recycler):
+        for q in (*self.queues().values(), self.recycler):
             if q.state is not QpState.ERROR and q is not self.recycler:
                 return False
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
