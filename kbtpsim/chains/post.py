@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+import simpy
+
 from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET, VARIANTS
 from kbtpsim.chains.ir import Addr, Chain, Const, CtrlWord, Placed, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
@@ -209,23 +211,7 @@ class ChainServer:
         self.qps = {Role.CONN: self.conn}
         self.lane_qps: dict[str, QueuePair] = {}
         if managed:
-            self.worker = nic.create_qp(self.chain_cq, self.chain_cq,
-                                        sq_depth=max(1, n_lane_free) * depth, managed=True,
-                                        sq_in_nic_memory=dm)
-            self.master = nic.create_qp(self.master_cq, self.master_cq,
-                                        sq_depth=max(1, n_master + self._barrier_wrs())
-                                        * depth, managed=self.RING_ROUNDS == 1,
-                                        sq_in_nic_memory=dm)
-            self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
-                                      managed=True, sq_in_nic_memory=dm)
-            for lane, n in self.lane_wrs.items():
-                self.lane_qps[lane] = nic.create_qp(self.chain_cq, self.chain_cq,
-                                                    sq_depth=n * depth, managed=True,
-                                                    sq_in_nic_memory=dm)
-            for qp in (self.worker, self.master, self.gate, *self.lane_qps.values()):
-                connect(qp, qp)
-            self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
-                             Role.GATE: self.gate})
+            self._create_chain_queues(n_lane_free, n_master, depth, dm)
         # scratch: per-credit buffers, then shared constants
         sizes = self._buffer_sizes()
         self.stg_size = sizes.pop("stg", 16)
@@ -261,9 +247,50 @@ class ChainServer:
             self._post_credit()
         self._doorbell()
 
+    #: master WRs of the CPU-slot barrier (:meth:`_post_slot_barrier`)
+    BARRIER_WRS = 2
     #: rounds of credits a send ring holds: 2 (v1: a credit is re-posted into the next
     #: free WQEs while the others run); 1 for chains that re-arm themselves in place
     RING_ROUNDS = 2
+
+    def _create_chain_queues(self, n_work: int, n_master: int, depth: int,
+                             dm: bool) -> None:
+        """The managed worker (and its lanes), the master and the gate, all loopback."""
+        nic = self.nic
+        self.worker = nic.create_qp(self.chain_cq, self.chain_cq,
+                                    sq_depth=max(1, n_work) * depth, managed=True,
+                                    sq_in_nic_memory=dm)
+        self.master = nic.create_qp(self.master_cq, self.master_cq,
+                                    sq_depth=max(1, n_master + self._barrier_wrs())
+                                    * depth, managed=self.RING_ROUNDS == 1,
+                                    sq_in_nic_memory=dm)
+        self.gate = nic.create_qp(self.gate_cq, self.gate_cq, sq_depth=depth,
+                                  managed=True, sq_in_nic_memory=dm)
+        for lane, n in self.lane_wrs.items():
+            self.lane_qps[lane] = nic.create_qp(self.chain_cq, self.chain_cq,
+                                                sq_depth=n * depth, managed=True,
+                                                sq_in_nic_memory=dm)
+        for qp in (self.worker, self.master, self.gate, *self.lane_qps.values()):
+            connect(qp, qp)
+        self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
+                         Role.GATE: self.gate})
+
+    def _master_of(self, number: int) -> QueuePair:
+        """The master QP that runs credit ``number``'s WAIT/ENABLE sequence."""
+        return self.master
+
+    def _poll_chain(self) -> list[Cqe]:
+        """The chains' CQEs visible now (the CPU's poll of the chain CQ)."""
+        return self.chain_cq.poll(1 << 12)
+
+    def wake_events(self) -> list[simpy.Event]:
+        """Events a sleeping CPU wakes on: a new CQE of the chains or of a receive."""
+        return [self.chain_cq.reach(self.chain_cq.count + 1),
+                self.recv_cq.reach(self.recv_cq.count + 1)]
+
+    def cqes_in_flight(self) -> bool:
+        """CQEs generated but not polled yet (their DMA write may still be landing)."""
+        return bool(len(self.chain_cq) or len(self.recv_cq))
 
     def queues(self) -> dict[str, QueuePair]:
         """Every send queue of the chains by name: ``conn``, ``worker``, ``master``,
@@ -272,14 +299,14 @@ class ChainServer:
         out.update({f"worker@{lane}": q for lane, q in self.lane_qps.items()})
         return out
 
-    def _queue(self, name: str) -> QueuePair:
-        """The QP ``qp:NAME`` names (a role, or ``worker@LANE``)."""
+    def _queue(self, name: str, number: int = 0) -> QueuePair:
+        """The QP ``qp:NAME`` names for credit ``number`` (a role, or ``worker@LANE``)."""
         if "@" in name:
             return self.lane_qps[name.split("@", 1)[1]]
         return self.qps[Role(name)]
 
-    def _qp_of(self, w: WrTemplate) -> QueuePair:
-        """The QP a template is posted on."""
+    def _qp_of(self, w: WrTemplate, number: int = 0) -> QueuePair:
+        """The QP a template of credit ``number`` is posted on."""
         return self.lane_qps[w.lane] if w.lane else self.qps[w.role]
 
     @property
@@ -389,7 +416,7 @@ class ChainServer:
                     "ring:head": self.ring.head_to,
                     "region:ring": self.ring.slots.base_to}[ref]
         if ref.startswith("qp:"):
-            return self._queue(ref[3:]).qpn
+            return self._queue(ref[3:], cr.number).qpn
         if ref.startswith("wr:"):
             return cr.index[ref[3:]][1] + src.offset
         raise ValueError(f"{w.name}: cannot resolve {ref!r}")
@@ -434,7 +461,7 @@ class ChainServer:
             wr_id = cr.number << ROLE_BITS | COMMIT_TAG | self._position[w.name]
         if op in (Opcode.WAIT, Opcode.ENABLE):
             if not shape:
-                kw["target"] = self._target(w)
+                kw["target"] = self._target(w, cr.number)
                 kw["count"] = self._wait_count(cr, w)
             return WorkRequest(op, flags=flags, wr_id=wr_id, **kw)  # type: ignore[arg-type]
         if op is Opcode.NOP:
@@ -483,12 +510,12 @@ class ChainServer:
             raw[off:off + length] = b"\xff" * len(raw[off:off + length])
         return int.from_bytes(raw, order)
 
-    def _target(self, w: WrTemplate) -> int:
+    def _target(self, w: WrTemplate, number: int = 0) -> int:
         t = w.fields["target"]
         assert isinstance(t, Addr)
         kind, name = t.ref.split(":")
         if kind == "qp":
-            return self._queue(name).qpn
+            return self._queue(name, number).qpn
         cq = {"chain": self.chain_cq, "recv": self.recv_cq, "gate": self.gate_cq}[name]
         return cq.cqn
 
@@ -511,11 +538,11 @@ class ChainServer:
         for w in self.templates:
             if w.role is Role.RECV:
                 continue
-            q = self._qp_of(w)
+            q = self._qp_of(w, number)
             cr.index[w.name] = (q, counters[q])
             counters[q] += 1
             if self.cpu_slots and w.name == first_master:
-                counters[q] += 2  # the previous credit's CPU slots (below)
+                counters[q] += self.BARRIER_WRS  # the previous credit's CPU slots (below)
         for w in self.templates:
             if w.role is not Role.RECV:
                 self._shapes[w.name] = self._build(cr, w, shape=True)
@@ -525,7 +552,7 @@ class ChainServer:
             qp = self.qps[role]
             for w in self.per_credit[role]:
                 wr = self._build(cr, w, shape=False)
-                idx = self._qp_of(w).post_send(wr)
+                idx = self._qp_of(w, number).post_send(wr)
                 assert idx == cr.index[w.name][1], (w.name, idx)
                 self.wrs_posted += 1
                 if self.cpu_slots and w.name == first_master:
@@ -553,11 +580,12 @@ class ChainServer:
         credits, slots included, so this credit's WAIT counts hold whoever used them."""
         prev = self._cpu_slot_index.get(number - 1)
         limit = 0 if prev is None else prev + self.cpu_slots  # credit 0: nothing before
-        self.master.post_send(WorkRequest(Opcode.ENABLE, target=self.conn.qpn, count=limit,
-                                          wr_id=number << ROLE_BITS | 0x3FFE))
-        self.master.post_send(WorkRequest(Opcode.WAIT, target=self.chain_cq.cqn,
-                                          count=number * self.per_credit_cqes,
-                                          wr_id=number << ROLE_BITS | 0x3FFF))
+        master = self._master_of(number)
+        master.post_send(WorkRequest(Opcode.ENABLE, target=self.conn.qpn, count=limit,
+                                     wr_id=number << ROLE_BITS | 0x3FFE))
+        master.post_send(WorkRequest(Opcode.WAIT, target=self.chain_cq.cqn,
+                                     count=number * self.per_credit_cqes,
+                                     wr_id=number << ROLE_BITS | 0x3FFF))
         self.wrs_posted += 2
 
     def refill(self, min_batch: int = 1) -> int:
@@ -595,7 +623,7 @@ class ChainServer:
             cr = self._live_credit(c.wr_id)
             if cr is not None:
                 cr.recv_len = c.byte_len
-        for c in self.chain_cq.poll(1 << 12):
+        for c in self._poll_chain():
             if c.status is not WcStatus.SUCCESS:
                 self.errors.append(c.status.name)
                 if self.failed_at is None or c.time < self.failed_at:

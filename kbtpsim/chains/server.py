@@ -382,9 +382,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
                     continue
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
             cc.wake = env.event()
-            events = [cs.chain_cq.reach(cs.chain_cq.count + 1),
-                      cs.recv_cq.reach(cs.recv_cq.count + 1), cc.wake]
-            if len(cs.chain_cq) or len(cs.recv_cq):
+            events = [*cs.wake_events(), cc.wake]
+            if cs.cqes_in_flight():
                 events.append(env.timeout(max(1, cpu.poll_ps)))
             yield env.any_of(events)
         yield from self._recover(cc)

@@ -7,6 +7,7 @@ from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.post import ChainServer
 from kbtpsim.chains.v2.lanes import split_lanes
 from kbtpsim.chains.v2.server import RecycleError, RecyclingChainServer, recycle_blockers
+from kbtpsim.chains.v2.waits import split_waits
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.profile import NicProfile
 
@@ -26,10 +27,11 @@ def chain_server_class(chains: str) -> type[ChainServer]:
 
 def prepare_chain(chains: str, chain: Chain, profile: NicProfile) -> Chain:
     """The chain a connection posts: v1's as planned; v2's with each part on its own
-    worker lane (:func:`~kbtpsim.chains.v2.lanes.split_lanes`), verified again."""
+    worker lane (:func:`~kbtpsim.chains.v2.lanes.split_lanes`) and its step WAITs split
+    by CQ (:func:`~kbtpsim.chains.v2.waits.split_waits`), verified again."""
     if chains != "v2" or not chain.count(include_master=False):
         return chain
-    out = split_lanes(chain)
+    out = split_waits(split_lanes(chain))
     found = verify(out, profile)
     if found:
         raise RecycleError(f"chains v2: the chain in lanes does not verify on "
