@@ -165,6 +165,10 @@ class OffloadedTargetServer(SoftwareTargetServer):
         #: the ChainServer class: chains v1 (re-posted) or v2 (re-armed by the NIC)
         self.chain_server_class = chain_server_class(chains)
         self.chains_version = chains
+        #: verify v2's transformed chains when posting them (off for mutants, O4)
+        self.verify_chains = True
+        #: chains v2: a deliberate bug in every slot's recycle plan (mutants), or None
+        self.recycle_hook: Any = None
         if chains == "v2" and recycle_blockers(prof):
             raise ValueError(f"target.chains: v2 cannot run on NIC profile {prof.name!r}: "
                              + "; ".join(recycle_blockers(prof)) + " (use chains: v1)")
@@ -253,9 +257,13 @@ class OffloadedTargetServer(SoftwareTargetServer):
         # one credit per request credit, one for HELLO/GOODBYE, and the refill lag
         credits = self.config.request_credits + self.refill_batch
         cls = self.chain_server_class if plan.offloaded else ChainServer
-        chain = prepare_chain(self.chains_version, plan.chain, self.nic.profile)
+        chain = prepare_chain(self.chains_version, plan.chain, self.nic.profile,
+                              check=self.verify_chains)
+        extra: dict[str, Any] = {}
+        if cls is not ChainServer and self.recycle_hook is not None:
+            extra["recycle_hook"] = self.recycle_hook
         chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
-                     self._pool_key, True, ring, cpu_slots=self.cpu_slots)
+                     self._pool_key, True, ring, cpu_slots=self.cpu_slots, **extra)
         connect(chains.conn, peer, link)
         conn_id = next(self._conn_ids)
         cc = _ChainConn(conn_id, chains, plan, name)

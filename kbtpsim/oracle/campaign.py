@@ -104,6 +104,7 @@ class Spec:
     faults: Faults = field(default_factory=Faults)
     mutant: str | None = None
     reference: str = "target"  #: the shadow: "target" (Target) or "model" (kbtpsim.refmodel)
+    chains: str = "v1"  #: the offloaded target's chains (target.chains)
 
     def byte_order(self, prof: NicProfile) -> bool:
         return prof.wqe_field_byte_order == "little" if self.addr_le is None else self.addr_le
@@ -120,6 +121,8 @@ class Spec:
             parts.append(f"--mutant {self.mutant}")
         if self.reference != "target":
             parts.append(f"--reference {self.reference}")
+        if self.chains != "v1":
+            parts.append(f"--chains {self.chains}")
         return " ".join(parts)
 
 
@@ -422,7 +425,7 @@ class _Run:
                               initiators=tuple(cfgs), addr_le=self.addr_le)
         self.config = config
         self.server = ObservedServer(self.sim, config, profile=prof, addr_le=self.addr_le,
-                                     chain_transform=transform)
+                                     chain_transform=transform, chains=spec.chains)
         self.fault_counts: dict[str, int] = {}
         self.per_conn = install(self.server, spec.faults, spec.seed, self.fault_counts)
         self.shadow = Shadow(self.server.config, reference=spec.reference)

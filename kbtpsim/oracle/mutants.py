@@ -16,10 +16,12 @@ from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.compiler import VARIANTS, build_chain
 from kbtpsim.chains.ir import Addr, Chain, Const, Read, Role, WrTemplate
+from kbtpsim.chains.v2.recycle import RecyclePlan
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
 from kbtpsim.oracle.faults import Faults
+from kbtpsim.oracle.node import V2Mutation
 
 
 class MutantNotApplicable(ValueError):
@@ -256,6 +258,41 @@ def cas_skip_length(chain: Chain) -> None:
         _cas_compare_nothing(w)
 
 
+def _nop(plan: RecyclePlan, kinds: tuple[str, ...]) -> None:
+    """Chains v2: take the recycle steps of ``kinds`` out (NOPs in their place, so the
+    segment keeps its length)."""
+    hit = [i for i, st in enumerate(plan.steps) if st.kind in kinds]
+    if not hit:
+        raise MutantNotApplicable(f"no {' or '.join(kinds)} step in the recycle plan")
+    for i in hit:
+        plan.steps[i] = replace(plan.steps[i], kind="nop", about="(taken out)")
+
+
+def v2_skip_restore(plan: RecyclePlan) -> None:
+    """Chains v2: a credit's scratch is not restored between rounds: its arm words keep
+    the previous request's markers, so a request that fails a test can still be armed."""
+    _nop(plan, ("restore_scratch",))
+
+
+def v2_skip_wqe_restore(plan: RecyclePlan) -> None:
+    """Chains v2: the WQEs a chain modifies are not restored between rounds: on cx5 the
+    CAS-armed WRs stay armed, so the next round's tests arm nothing."""
+    _nop(plan, ("restore_wqes", "restore_ctrl"))
+
+
+def v2_stale_count(plan: RecyclePlan) -> None:
+    """Chains v2: the step WAITs on the slot's CQ are not advanced (delta 0): in the next
+    round each passes at once, before the step's patches and Reads have landed."""
+    hit = [i for i, st in enumerate(plan.steps) if st.kind == "advance"
+           and st.count is not None and st.count.target == "cq:chain"]
+    if not hit:
+        raise MutantNotApplicable("no advance of a slot-CQ WAIT in the recycle plan")
+    for i in hit:
+        c = plan.steps[i].count
+        assert c is not None
+        plan.steps[i] = replace(plan.steps[i], count=replace(c, delta=0))
+
+
 @dataclass(frozen=True)
 class Mutant:
     """A chain bug and the campaign that must catch it."""
@@ -267,11 +304,12 @@ class Mutant:
     ops: int = 48
     profile: str = "ideal-be"
     faults: Faults = field(default_factory=Faults)
+    chains: str = "v1"  #: the chains it runs with (v2 mutants change v2's machinery)
 
     def spec(self, seed: int, ops: int | None = None, profile: str | None = None) -> Spec:
         return Spec(seed=seed, profile=profile or self.profile,
                     ops=self.ops if ops is None else ops, mix=self.mix, phases=2,
-                    faults=self.faults, mutant=self.name)
+                    faults=self.faults, mutant=self.name, chains=self.chains)
 
 
 CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
@@ -305,13 +343,35 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "markers compare nothing", mix="invalid", profile="cx5"),
     Mutant("cas-skip-length", cas_skip_length, "CAS-on-WQE: the CASes arming the "
            "byte-count markers compare nothing", mix="invalid", profile="cx5"),
+    Mutant("v2-skip-restore", V2Mutation(v2_skip_restore), "chains v2: a credit's "
+           "scratch (arm words) is not restored between rounds", mix="invalid",
+           chains="v2"),
+    Mutant("v2-skip-wqe-restore", V2Mutation(v2_skip_wqe_restore), "chains v2: the "
+           "WQEs a chain modifies (CAS-armed markers) are not restored between rounds",
+           mix="invalid", profile="cx5", chains="v2"),
+    Mutant("v2-stale-count", V2Mutation(v2_stale_count), "chains v2: the slot CQ's step "
+           "WAITs are not advanced between rounds", mix="valid", chains="v2"),
 )}
 
 
 def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
     """The verifier's findings on the mutated full chain beyond the unmutated chain's
-    (empty: the verifier would not have caught it)."""
+    (empty: the verifier would not have caught it); for a v2 mutant, the recycle rules'
+    findings on a slot's mutated recycle plan."""
     prof = resolve_profile(profile)
+    if isinstance(m.transform, V2Mutation):
+        from kbtpsim.chains.harness import Harness
+        from kbtpsim.chains.v2.recycle import check_recycle, own_counts
+
+        server = Harness(prof, prof.wqe_field_byte_order != "big", credits=2,
+                         chains="v2").server
+        plan = copy.deepcopy(server._slots[0].plan)
+        assert plan is not None
+        m.transform.recycle(plan)
+        wait = 2 * server.p_rec
+        return check_recycle(plan, plan.counts + own_counts(plan, plan.base, wait,
+                                                            server.master.sq_depth),
+                             plan.modified)
     base = build_chain(prof.wqe_field_byte_order != "big",
                        prof.atomic_byte_order)  # type: ignore[arg-type]
     mutated = copy.deepcopy(base)
@@ -327,6 +387,10 @@ def applicable(m: Mutant, profile: str | None = None) -> bool:
     plan = plan_for(profile or m.profile)
     if not plan.offloaded:
         return False
+    if isinstance(m.transform, V2Mutation):
+        from kbtpsim.chains.v2 import recycle_blockers
+
+        return not recycle_blockers(resolve_profile(profile or m.profile))
     try:
         m.transform(copy.deepcopy(plan.chain))
     except MutantNotApplicable:

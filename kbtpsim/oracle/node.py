@@ -25,6 +25,7 @@ from kbtpsim.chains.ir import Chain, WrTemplate
 from kbtpsim.chains.plan import ConnectionPlan
 from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.server import OffloadedTargetServer
+from kbtpsim.chains.v2.recycle import RecyclePlan
 from kbtpsim.nic import Link, Opcode, QueuePair, Simulation
 from kbtpsim.oracle.events import Recorder, TargetTap
 from kbtpsim.system import Initiator
@@ -33,6 +34,17 @@ from kbtpsim.target import TargetConfig
 
 #: A chain transformation (a mutant): takes a copy of the compiled chain, changes it.
 ChainTransform = Callable[[Chain], None]
+
+
+class V2Mutation:
+    """A mutant of chains v2's own machinery: ``recycle`` changes every slot's recycle
+    plan before it is posted (the compiled chain itself is left as it is)."""
+
+    def __init__(self, recycle: Callable[[RecyclePlan], None]) -> None:
+        self.recycle = recycle
+
+    def __call__(self, chain: Chain) -> None:
+        return None
 
 
 def key_wrs(templates: list[WrTemplate]) -> dict[str, dict[str, str]]:
@@ -103,6 +115,9 @@ class ObservedServer(OffloadedTargetServer):
         #: (slot address, octets before, octets after) (the slot-write fault)
         self.slot_write_hook: Callable[[int, bytes, bytes], None] | None = None
         super().__init__(sim, config, **kw)
+        self.verify_chains = chain_transform is None  # mutants run unverified (O4)
+        if isinstance(chain_transform, V2Mutation):
+            self.recycle_hook = chain_transform.recycle
         self.tap = TargetTap(self.target, self.recorder)
         self.tap.slot_hook = self._slot_written
         self.target = self.tap  # type: ignore[assignment]

@@ -25,6 +25,10 @@ KINDS = {
     "cas-skip-generation": {"connection", "completion"},
     "cas-skip-entry": {"connection", "completion"},
     "cas-skip-length": {"connection", "completion"},
+    # chains v2: the NIC's own re-arming of a credit between rounds
+    "v2-skip-restore": {"connection", "completion", "state"},
+    "v2-skip-wqe-restore": {"connection", "completion"},
+    "v2-stale-count": {"connection", "completion", "missing", "load-data"},
 }
 
 
@@ -41,6 +45,14 @@ def test_mutant_is_caught(name: str) -> None:
     assert out.caught, out.row()
     first = out.result.divergences[0]
     assert first.kind in KINDS[name] | {"crash"}, out.row()  # crash: the live system failed
+
+
+@pytest.mark.parametrize("name", ["v2-skip-restore", "v2-skip-wqe-restore",
+                                  "v2-stale-count"])
+def test_the_recycle_rules_reject_the_v2_mutants_statically(name: str) -> None:
+    m = CATALOGUE[name]
+    found = static_findings(m, m.profile)
+    assert found and all(f.startswith("recycle-") for f in found), found
 
 
 def test_verifier_rejects_the_dropped_wait_statically() -> None:

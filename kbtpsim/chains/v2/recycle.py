@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 StepKind = Literal["restore_scratch", "restore_wqes", "restore_ctrl", "advance", "wait",
-                   "rearm_recv", "enable_master"]
+                   "rearm_recv", "enable_master", "nop"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ RedN's firmware patch allows).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import simpy
@@ -101,7 +102,11 @@ class RecyclingChainServer(ChainServer):
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
-                 alloc_budget: int = 0, cpu_slots: int = 0) -> None:
+                 alloc_budget: int = 0, cpu_slots: int = 0,
+                 recycle_hook: Callable[[RecyclePlan], None] | None = None) -> None:
+        """``recycle_hook`` (a deliberate bug, kbtpsim.oracle.mutants) changes every
+        slot's recycle plan before it is posted; the plan is then not verified (O4)."""
+        self.recycle_hook = recycle_hook
         why = recycle_blockers(nic.profile)
         if why:
             raise RecycleError(f"chains v2 cannot recycle on profile {nic.profile.name!r}: "
@@ -327,6 +332,8 @@ class RecyclingChainServer(ChainServer):
                                   modified)
             if found:
                 raise RecycleError("; ".join(found))
+            if self.recycle_hook is not None:  # a mutant: posted as changed, unverified
+                self.recycle_hook(plan)
             self._slots[s].plan = plan
             self._slots[s].rec_base = s * n_rec
         # pristine images (scratch and modified WQE runs), in the rings' memory kind
@@ -414,6 +421,9 @@ class RecyclingChainServer(ChainServer):
                 wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
                                  sig, remote_addr=self.dbrec_addr, rkey=self.dbrec.rkey,
                                  swap_add=1 << 32, wr_id=wr_id)
+            elif st.kind == "nop":  # a step a mutant took out (kbtpsim.oracle.mutants)
+                wr = WorkRequest(Opcode.NOP, flags=sig if st.signaled else WqeFlags.NONE,
+                                 wr_id=wr_id)
             else:  # enable_master: through this credit's next round
                 wr = WorkRequest(Opcode.ENABLE, target=master.qpn,
                                  count=master_end + master.sq_depth, wr_id=wr_id)

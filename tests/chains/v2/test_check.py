@@ -1,0 +1,33 @@
+"""``kbtpsim check --chains v2``: the oracle's campaigns against chains v2, profiles that
+cannot re-arm chains left out and named."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbtpsim.cli import main
+from kbtpsim.oracle.campaign import Spec, run_campaign
+
+
+def test_check_runs_v2_and_names_the_profiles_left_out(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--chains", "v2", "--seed", "1", "--profiles", "ideal-be,ideal",
+               "--addr-le", "off", "--ops", "24", "--phases", "1"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "chains v2 (not on ideal: they cannot re-arm chains)" in out
+    assert "1 campaigns, 0 diverged" in out
+
+
+def test_v2_only_profiles_that_cannot_recycle_is_an_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["check", "--chains", "v2", "--profiles", "irdma", "--ops", "4"])
+    assert rc == 2 and "none of the profiles can run chains v2" in capsys.readouterr().err
+
+
+def test_a_v2_campaign_replays_with_its_chains() -> None:
+    spec = Spec(seed=2, profile="cx5", addr_le=False, ops=24, phases=1, mix="race",
+                chains="v2")
+    assert "--chains v2" in spec.replay()
+    res = run_campaign(spec)
+    assert res.ok and res.requests > 24
