@@ -71,20 +71,29 @@ def split_lanes(chain: Chain) -> Chain:
     for new, ts in replaced.items():
         for t in ts:
             out.edge(new, t, EdgeKind.ENABLE)
-    master = [w.name for w in out.wrs() if w.role is Role.MASTER]
+    by_lane = requeue(out, fence_cas=True)
+    out.notes.append(f"lanes: {', '.join(by_lane)} (one worker QP each)")
+    return out
+
+
+def requeue(chain: Chain, fence_cas: bool = False) -> dict[str, list[str]]:
+    """(Re-)make the queue-order edges of the master and of each worker lane, and the
+    FENCE edges (``fence_cas``: fence each lane's first CAS of a group first); the
+    chain must have no master or worker queue-order edges yet. Returns the lanes."""
+    master = [w.name for w in chain.wrs() if w.role is Role.MASTER]
     for x, y in itertools.pairwise(master):
-        out.edge(x, y, EdgeKind.QP_ORDER)
+        chain.edge(x, y, EdgeKind.QP_ORDER)
     by_lane: dict[str, list[str]] = {}
-    for w in out.wrs():
+    for w in chain.wrs():
         if w.role is Role.WORKER:
             by_lane.setdefault(w.lane, []).append(w.name)
     for seq in by_lane.values():
-        _fence_first_cas(out, seq)
+        if fence_cas:
+            _fence_first_cas(chain, seq)
         for x, y in itertools.pairwise(seq):
-            out.edge(x, y, EdgeKind.FENCE if out.wr(y).flags & WqeFlags.FENCE
-                     else EdgeKind.QP_ORDER)
-    out.notes.append(f"lanes: {', '.join(by_lane)} (one worker QP each)")
-    return out
+            chain.edge(x, y, EdgeKind.FENCE if chain.wr(y).flags & WqeFlags.FENCE
+                       else EdgeKind.QP_ORDER)
+    return by_lane
 
 
 def _group(name: str) -> str:
