@@ -60,12 +60,42 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str]]:
+    """The decision with chains v2's chain (lanes, WAITs per CQ), and the lines that
+    say how v2 runs it: its recycle segment per credit, or why v2 cannot run there."""
+    if chains != "v2":
+        return d, []
+    from dataclasses import replace
+
+    from kbtpsim.chains.harness import Harness
+    from kbtpsim.chains.v2 import prepare_chain, recycle_blockers
+
+    why = recycle_blockers(profile)
+    if why:
+        return d, [f"chains v2: not on {profile.name} ({'; '.join(why)}): chains v1 "
+                   "above"]
+    if not d.offloaded:
+        return d, ["chains v2: nothing to re-arm (the variant runs on the CPU)"]
+    out = replace(d, chain=prepare_chain("v2", d.chain, profile))
+    server = Harness(profile, addr_le, credits=2, chains="v2", variants=(d.variant,)).server
+    plan = server._slots[0].plan
+    lines = [f"chains v2: every credit slot has its own master, lanes and CQ; between two "
+             f"rounds the NIC runs this recycle segment ({len(plan.steps) if plan else 0} "
+             "WRs, after the request, off its path):"]
+    lines += [f"   {line}" for line in (plan.describe() if plan else [])]
+    return out, lines
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     got = _args(args)
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    print(show(decide(_variant(op, args.inline), profile, args.addr_le)))
+    d, extra = _v2(decide(_variant(op, args.inline), profile, args.addr_le), profile,
+                   args.addr_le, args.chains)
+    print(show(d))
+    for line in extra:
+        print(line)
     return 0
 
 
@@ -80,7 +110,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    d = decide(_variant(op, args.inline), profile, args.addr_le)
+    d, _ = _v2(decide(_variant(op, args.inline), profile, args.addr_le), profile,
+               args.addr_le, args.chains)
     title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
     try:
@@ -97,6 +128,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         return _fail(got)
     op, profile = got
     print(explain(decide_op(op, profile, args.addr_le)))
+    if args.chains == "v2":
+        from kbtpsim.chains.v2 import recycle_blockers
+
+        why = recycle_blockers(profile)
+        print(f"chains v2 on {profile.name}: " + (
+            "cannot run (" + "; ".join(why) + "): chains v1" if why else
+            "the offloaded variants above, each credit re-armed in place by the NIC "
+            "(kbtpsim chains show OP --nic " + profile.name + " --chains v2)"))
     return 0
 
 
@@ -113,6 +152,9 @@ def add_chains_parser(subparsers: Any) -> None:
         q.add_argument("--nic", required=True, metavar="PROFILE",
                        help="NIC profile name (or cx5+strided: cx5 with strided keys)")
         q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
+        q.add_argument("--chains", choices=("v1", "v2"), default="v1",
+                       help="the chain design (target.chains): v1, or v2 (lanes, WAITs "
+                       "per CQ, the recycle segment)")
 
     q = sub.add_parser("show", help="one WR a line, with the source of every field")
     common(q)

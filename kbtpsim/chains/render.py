@@ -142,7 +142,8 @@ def listing(chain: Chain) -> list[str]:
     for w in chain.wrs():
         sig = " S" if w.signaled else ""
         cond = f" if[{w.cond.about}]" if w.cond is not None else ""
-        lines.append(f"{w.step:>2} {w.role.value:<6} {w.name:<20} {w.label:<16}{sig}{cond}"
+        queue = f"{w.role.value}@{w.lane}" if w.lane else w.role.value
+        lines.append(f"{w.step:>2} {queue:<6} {w.name:<20} {w.label:<16}{sig}{cond}"
                      f"  {source_text(w)}")
     return lines
 
