@@ -132,6 +132,9 @@ class _ChainConn:
     #: credits whose chain ended but that the CPU had not noted when the connection
     #: failed: salvaged before the target learns of the disconnect (decision O5)
     orphans: list[Finished] = field(default_factory=list)
+    #: the last credit :meth:`OffloadedTargetServer._take_early` judged servable by a
+    #: chain (its request does not change while it waits: not decoded again)
+    checked: int = -1
 
 
 class OffloadedTargetServer(SoftwareTargetServer):
@@ -514,9 +517,12 @@ class OffloadedTargetServer(SoftwareTargetServer):
         if got is None:
             return []
         credit, request = got
+        if cc.checked == credit:  # judged at an earlier wake-up: its octets are the same
+            return []
         reason = static_miss(request, cc.plan.offloaded, self.config.block_size,
                              self.config.addr_le)
         if reason is None:
+            cc.checked = credit
             return []
         self.before_chain += 1
         self._early_reasons[(cc.conn_id, credit)] = reason
