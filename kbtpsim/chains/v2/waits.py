@@ -3,7 +3,7 @@
 v1's master waits for the end of step S with one WAIT on the chain CQ, which collects
 the worker's and the connection QP's CQEs: the count is cumulative over the connection,
 so it holds only while one credit runs at a time. Chains v2 give every credit slot its
-own worker lanes and CQ (:class:`~kbtpsim.chains.v2.server.RecyclingChainServer`), so a
+own worker lanes and CQ (:class:`~kbtpsim.chains.v2.slots.SlotQueues`), so a
 credit's untaken tail (another variant's later steps) does not hold the next credit
 back; the connection QP stays one per connection, its CQEs in ring order.
 :func:`split_waits` therefore splits each step's WAIT into a WAIT on the slot's CQ

@@ -29,6 +29,7 @@ def v1_v2() -> dict[str, Any]:
                      "target.cpu.refill_batch=8") for ch in ("v1", "v2")}
 
 
+@pytest.mark.slow  # 16 s; the default suite has the head race and kbtpsim check --chains v2
 def test_v2_passes_the_oracle_and_serves_what_v1_serves(v1_v2: dict[str, Any]) -> None:
     for out in v1_v2.values():
         assert out.divergences == [], [str(d) for d in out.divergences]
@@ -39,6 +40,7 @@ def test_v2_passes_the_oracle_and_serves_what_v1_serves(v1_v2: dict[str, Any]) -
         assert served[ch]["LOAD"]["nic"] > 150 and served[ch]["ALLOC_STORE"]["nic"] > 20
 
 
+@pytest.mark.slow
 def test_v2_cpu_grants_instead_of_reposting(v1_v2: dict[str, Any]) -> None:
     per = {ch: out.results["targets"]["target"]["cpu"]["per_op"]
            for ch, out in v1_v2.items()}

@@ -1,0 +1,144 @@
+"""Credit slots with their own queues (chains v2): every credit slot has its own master,
+worker lanes and CQ, so that a credit's untaken variants finishing their steps do not
+hold the next credit back; the connection QP and the gate stay one per connection.
+
+:class:`SlotQueues` is the :class:`~kbtpsim.chains.post.ChainServer` layout that
+:class:`~kbtpsim.chains.v2.server.RecyclingChainServer` re-arms: it resolves the chain's
+queue names per credit (``qp:worker@LANE``, ``qp:master``), the step WAITs that
+:func:`~kbtpsim.chains.v2.waits.split_waits` split per CQ (``cq:chain``: the slot's CQ,
+one credit a round; ``cq:conn``: the connection QP's, every earlier credit's CQEs in ring
+order), and the CPU-slot barrier that only ENABLEs (the counts are per CQ, fixed whoever
+used the slots).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from kbtpsim.chains.ir import Addr, Const, Role, WrTemplate
+from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
+from kbtpsim.nic import CompletionQueue, Cqe, QueuePair, WorkRequest, connect
+from kbtpsim.nic.wqe import Opcode
+
+
+class SlotQueues(ChainServer):
+    """A ChainServer whose credit slots each have their own master, lanes and CQ (module
+    docstring). Meant for rings of one round (chains v2)."""
+
+    BARRIER_WRS = 1
+
+    def _barrier_wrs(self) -> int:
+        return self.BARRIER_WRS if self.cpu_slots else 0
+
+    def _create_chain_queues(self, n_work: int, n_master: int, depth: int,
+                             dm: bool) -> None:
+        """Per credit slot: its own master, worker lanes and CQ (its credits overlap the
+        next slot's); one gate per connection."""
+        nic, k = self.nic, self.credits
+
+        def qp(cq: CompletionQueue, n: int) -> QueuePair:
+            q = nic.create_qp(cq, cq, sq_depth=max(1, n), managed=True,
+                              sq_in_nic_memory=dm)
+            connect(q, q)
+            return q
+
+        self.slot_cqs = [nic.create_cq(1 << 12) for _ in range(k)]
+        self.masters = [qp(self.master_cq, n_master + self._barrier_wrs())
+                        for _ in range(k)]
+        self.slot_workers = [qp(cq, n_work) for cq in self.slot_cqs]
+        self.slot_lanes = [{lane: qp(cq, n) for lane, n in self.lane_wrs.items()}
+                           for cq in self.slot_cqs]
+        self.gate = qp(self.gate_cq, depth)
+        self.master, self.worker, self.lane_qps = (self.masters[0], self.slot_workers[0],
+                                                   self.slot_lanes[0])
+        self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
+                         Role.GATE: self.gate})
+        #: CQEs per credit: on its slot's CQ (worker lanes), and on the connection QP's
+        self.worker_cqes = sum(1 for w in self.templates
+                               if w.role is Role.WORKER and w.signaled)
+        self.conn_cqes = sum(1 for w in self.templates
+                             if w.role is Role.CONN and w.signaled) + self.cpu_slots
+
+    def _slot(self, number: int) -> int:
+        return number % self.credits
+
+    def _qp_of(self, w: WrTemplate, number: int = 0) -> QueuePair:
+        s = self._slot(number)
+        if w.role is Role.WORKER:
+            return self.slot_lanes[s][w.lane] if w.lane else self.slot_workers[s]
+        if w.role is Role.MASTER:
+            return self.masters[s]
+        return self.qps[w.role]
+
+    def _queue(self, name: str, number: int = 0) -> QueuePair:
+        s = self._slot(number)
+        if "@" in name:
+            return self.slot_lanes[s][name.split("@", 1)[1]]
+        if name == "worker":
+            return self.slot_workers[s]
+        if name == "master":
+            return self.masters[s]
+        return self.qps[Role(name)]
+
+    def _master_of(self, number: int) -> QueuePair:
+        return self.masters[self._slot(number)]
+
+    def queues(self) -> dict[str, QueuePair]:
+        out: dict[str, QueuePair] = {"conn": self.conn}
+        if not hasattr(self, "masters"):
+            return out
+        out["gate"] = self.gate
+        for s in range(self.credits):
+            out[f"master#{s}"] = self.masters[s]
+            out[f"worker#{s}"] = self.slot_workers[s]
+            for lane, q in self.slot_lanes[s].items():
+                out[f"worker@{lane}#{s}"] = q
+        return out
+
+    def _target(self, w: WrTemplate, number: int = 0) -> int:
+        t = w.fields["target"]
+        assert isinstance(t, Addr)
+        if t.ref == "cq:chain":
+            return self.slot_cqs[self._slot(number)].cqn
+        if t.ref == "cq:conn":
+            return self.chain_cq.cqn
+        return super()._target(w, number)
+
+    def _wait_count(self, cr: _Credit, w: WrTemplate) -> int:
+        target, count = w.fields["target"], w.fields["count"]
+        assert isinstance(target, Addr)
+        if isinstance(count, Const) and isinstance(count.value, int):
+            if target.ref == "cq:chain":  # the slot's CQ: one credit a round
+                return cr.number // self.credits * self.worker_cqes + count.value
+            if target.ref == "cq:conn":  # the connection QP's: every earlier credit's
+                return cr.number * self.conn_cqes + count.value
+        return super()._wait_count(cr, w)
+
+    def _post_slot_barrier(self, number: int) -> None:
+        """After the gate: ENABLE the previous credit's CPU slots (and its WRs left on
+        the connection QP, which its untaken variants would ENABLE later). No WAIT: the
+        counts are per CQ, whoever used the slots."""
+        prev = self._cpu_slot_index.get(number - 1)
+        limit = 0 if prev is None else prev + self.cpu_slots
+        self._master_of(number).post_send(WorkRequest(
+            Opcode.ENABLE, target=self.conn.qpn, count=limit,
+            wr_id=number << ROLE_BITS | 0x3FFE))
+        self.wrs_posted += 1
+
+    def _poll_chain(self) -> list[Cqe]:
+        out: list[Cqe] = []
+        for cq in (*self.slot_cqs, self.chain_cq):
+            out.extend(cq.poll(1 << 12))
+        return out
+
+    def wake_events(self) -> list[simpy.Event]:
+        slots = {self._slot(self.finished), *(self._slot(n) for n in self._early)}
+        return [*(self.slot_cqs[s].reach(self.slot_cqs[s].count + 1) for s in sorted(slots)),
+                self.chain_cq.reach(self.chain_cq.count + 1),
+                self.recv_cq.reach(self.recv_cq.count + 1)]
+
+    def cqes_in_flight(self) -> bool:
+        return any(len(cq) for cq in (*self.slot_cqs, self.chain_cq, self.recv_cq))
+
+
+__all__ = ["SlotQueues"]
