@@ -198,11 +198,12 @@ class RecyclingChainServer(SlotQueues):
             if slot.cpu_slot is not None:
                 modified.update(("conn", slot.cpu_slot + i) for i in range(self.cpu_slots))
             plans.append((s, counts, modified))
-        n_rec = len(plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0).steps)
+        # slot 0's segment: its length and signaled WRs size the recycler (same per slot)
+        probe = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0)
+        n_rec, p_rec = len(probe.steps), probe.signaled
         self.recycler = nic.create_qp(self.recycle_cq, self.recycle_cq, sq_depth=k * n_rec,
                                       managed=True, sq_in_nic_memory=self.device_memory)
         connect(self.recycler, self.recycler)
-        p_rec = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0).signaled
         wait_delta = k * p_rec
         for s, counts, modified in plans:
             plan = plan_recycle(counts, modified, self.slot_size, s * n_rec, wait_delta,
