@@ -304,7 +304,7 @@ class Harness:
                 server.alloc_budget = self._allowed() - len(server.armed_credits())
                 n = server.refill(self.refill_batch)
                 if n:
-                    cost = round((n * len(server.templates) * prof.cpu_post_ns
+                    cost = round((n * server.repost_wrs_per_credit * prof.cpu_post_ns
                                   + prof.cpu_doorbell_ns) * 1000)
                     self.result.refill_ps += cost
                     self.result.refills += n

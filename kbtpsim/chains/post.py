@@ -320,8 +320,8 @@ class ChainServer:
 
     def _barrier_wrs(self) -> int:
         """Room on the master ring per credit besides the templates (the CPU-slot
-        barrier's 2 WRs, reserved whether used or not)."""
-        return 2
+        barrier's WRs, reserved whether used or not)."""
+        return self.BARRIER_WRS
 
     def _doorbell(self) -> None:
         if not self.software:

@@ -172,9 +172,10 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self.verify_chains = True
         #: chains v2: a deliberate bug in every slot's recycle plan (mutants), or None
         self.recycle_hook: Any = None
-        if chains == "v2" and recycle_blockers(prof):
+        blockers = recycle_blockers(prof) if chains == "v2" else []
+        if blockers:
             raise ValueError(f"target.chains: v2 cannot run on NIC profile {prof.name!r}: "
-                             + "; ".join(recycle_blockers(prof)) + " (use chains: v1)")
+                             + "; ".join(blockers) + " (use chains: v1)")
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch

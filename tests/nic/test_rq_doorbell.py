@@ -29,12 +29,18 @@ def _setup():  # type: ignore[no-untyped-def]
     return sim, b, rcq, scq, qa, qb, lb, ma, mra, mb, mrb
 
 
-def test_a_fetch_add_on_the_doorbell_record_posts_the_ring_slot_again() -> None:
-    sim, b, rcq, _scq, qa, qb, lb, ma, mra, mb, mrb = _setup()
+def _two_receives_and_a_doorbell_record(qb, mb: int, mrb) -> int:  # type: ignore[no-untyped-def]
+    """Post two receives on ``qb`` (a 2-WQE ring) and give it a doorbell record at
+    ``mb + 1024``; returns its address."""
     for i in range(2):
         qb.post_recv([Sge(mb + 64 * i, 64, mrb.lkey)], wr_id=i)
-    db = mb + 1024
-    qb.attach_rq_doorbell(db)
+    qb.attach_rq_doorbell(mb + 1024)
+    return mb + 1024
+
+
+def test_a_fetch_add_on_the_doorbell_record_posts_the_ring_slot_again() -> None:
+    sim, b, rcq, _scq, qa, qb, lb, ma, mra, mb, mrb = _setup()
+    db = _two_receives_and_a_doorbell_record(qb, mb, mrb)
     assert b.host.memory.read(db, 4) == (2).to_bytes(4, "big")
     for i in range(3):
         qa.post_send(WorkRequest(Opcode.SEND, (Sge(ma, 8 + i, mra.lkey),), S))
@@ -52,10 +58,7 @@ def test_a_fetch_add_on_the_doorbell_record_posts_the_ring_slot_again() -> None:
 
 def test_a_count_beyond_the_ring_posts_only_what_the_ring_holds() -> None:
     sim, _b, _rcq, _scq, _qa, qb, lb, _ma, _mra, mb, mrb = _setup()
-    for i in range(2):
-        qb.post_recv([Sge(mb + 64 * i, 64, mrb.lkey)], wr_id=i)
-    db = mb + 1024
-    qb.attach_rq_doorbell(db)
+    db = _two_receives_and_a_doorbell_record(qb, mb, mrb)
     lb.post_send(WorkRequest(Opcode.FETCH_ADD, (Sge(mb + 2048, 8, mrb.lkey),), S,
                              remote_addr=db, rkey=mrb.rkey, swap_add=5 << 32))
     lb.ring_doorbell()
