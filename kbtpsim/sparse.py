@@ -87,12 +87,21 @@ class SparseMemory:
 
     Unwritten octets read as their initializer's fill, or zero. A page materialises from
     its initial contents on its first write.
+
+    Pages are stored once: a write of immutable octets (``bytes``, or a read-only
+    ``memoryview`` of ``bytes``) keeps the pages it covers whole as views of those octets
+    instead of copying them, and :meth:`view` reads a range lying in such pages without a
+    copy. A page shared this way is copied into a private ``bytearray`` on its first
+    partial write (copy on write), so a view taken earlier keeps its snapshot.
     """
 
     __slots__ = ("_inits", "_pages")
 
     def __init__(self) -> None:
-        self._pages: dict[int, bytearray] = {}
+        #: page number -> its octets: a private bytearray, or ``(segment, offset)``, a
+        #: shared page (octets ``segment[offset : offset + PAGE_SIZE]`` of an immutable
+        #: written segment)
+        self._pages: dict[int, bytearray | tuple[memoryview, int]] = {}
         self._inits = Initializers()
 
     @staticmethod
@@ -114,24 +123,67 @@ class SparseMemory:
         pages = self._pages
         if off + length <= PAGE_SIZE:  # fast path: one page
             data = pages.get(page)
-            if data is not None:
+            if data is None:
+                return self._inits.initial(addr, length) if self._inits else bytes(length)
+            if data.__class__ is bytearray:
                 return bytes(data[off : off + length])
-            return self._inits.initial(addr, length) if self._inits else bytes(length)
-        out = bytearray(length)  # one buffer, filled in place, then one copy out
-        view = memoryview(out)
+            seg, at = data  # type: ignore[misc]
+            return bytes(seg[at + off : at + off + length])
+        parts: list[bytes | bytearray | memoryview] = []  # views: one copy, by the join
         pos = 0
         inits = self._inits
         while pos < length:
             n = min(length - pos, PAGE_SIZE - off)
             data = pages.get(page)
-            if data is not None:
-                view[pos : pos + n] = memoryview(data)[off : off + n]
-            elif inits:
-                view[pos : pos + n] = inits.initial((page << PAGE_SHIFT) + off, n)
+            if data is None:
+                parts.append(inits.initial((page << PAGE_SHIFT) + off, n) if inits
+                             else bytes(n))
+            elif data.__class__ is bytearray:
+                parts.append(memoryview(data)[off : off + n])  # type: ignore[arg-type]
+            else:
+                seg, at = data  # type: ignore[misc]
+                parts.append(seg[at + off : at + off + n])
             pos += n
             page += 1
             off = 0
-        return bytes(out)
+        return b"".join(parts)
+
+    def view(self, addr: int, length: int) -> bytes | memoryview:
+        """The octets of ``[addr, addr + length)`` as :meth:`read` returns them, without a
+        copy (a read-only view) when they lie in pages shared from one write; a snapshot
+        either way: later writes do not change it."""
+        page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
+        pages = self._pages
+        data = pages.get(page)
+        if data is not None and data.__class__ is tuple and length:
+            seg, at = data  # type: ignore[misc]
+            start = at + off
+            stop = start + length
+            last = (off + length - 1) >> PAGE_SHIFT
+            k = 1
+            while k <= last:
+                nxt = pages.get(page + k)
+                if nxt is None or nxt.__class__ is not tuple or nxt[0] is not seg or \
+                        nxt[1] != at + (k << PAGE_SHIFT):  # type: ignore[index]
+                    break
+                k += 1
+            else:
+                return seg[start:stop]
+        return self.read(addr, length)
+
+    def _private(self, page: int) -> bytearray:
+        """Page ``page`` as a private, writable bytearray (materialised from its initial
+        contents, or copied from the segment it shares)."""
+        pages = self._pages
+        buf = pages.get(page)
+        if buf is None:
+            new = pages[page] = bytearray(self._inits.initial(page << PAGE_SHIFT, PAGE_SIZE))
+            return new
+        if buf.__class__ is bytearray:
+            return buf  # type: ignore[return-value]
+        seg, at = buf  # type: ignore[misc]
+        new = pages[page] = bytearray(seg[at : at + PAGE_SIZE])
+        return new
 
     def write(self, addr: int, data: bytes | bytearray | memoryview) -> None:
         length = len(data)
@@ -139,28 +191,28 @@ class SparseMemory:
             self._check(addr, length)
         page, off = addr >> PAGE_SHIFT, addr & _PAGE_MASK
         pages = self._pages
-        if off + length <= PAGE_SIZE:  # fast path: one page
+        if off + length < PAGE_SIZE or (off and off + length == PAGE_SIZE):
+            # fast path: part of one page
             buf = pages.get(page)
-            if buf is None:
-                if length == PAGE_SIZE:  # a whole page: nothing of the old one survives
-                    pages[page] = bytearray(data)
-                    return
-                buf = pages[page] = bytearray(self._inits.initial(page << PAGE_SHIFT,
-                                                                  PAGE_SIZE))
-            buf[off : off + length] = data
+            if buf is None or buf.__class__ is not bytearray:
+                buf = self._private(page)
+            buf[off : off + length] = data  # type: ignore[index]
             return
-        src = memoryview(data)
+        # whole pages are shared when the octets are immutable, else copied
+        src = data if data.__class__ is memoryview else memoryview(data)
+        shared = data.__class__ is bytes or (
+            data.__class__ is memoryview and src.readonly  # type: ignore[union-attr]
+            and src.obj.__class__ is bytes and src.c_contiguous and src.itemsize == 1)
         pos = 0
         while pos < length:
             n = min(length - pos, PAGE_SIZE - off)
             if n == PAGE_SIZE:
-                pages[page] = bytearray(src[pos : pos + n])
+                pages[page] = (src, pos) if shared else bytearray(src[pos : pos + n])
             else:
                 buf = pages.get(page)
-                if buf is None:
-                    buf = pages[page] = bytearray(
-                        self._inits.initial(page << PAGE_SHIFT, PAGE_SIZE))
-                buf[off : off + n] = src[pos : pos + n]
+                if buf is None or buf.__class__ is not bytearray:
+                    buf = self._private(page)
+                buf[off : off + n] = src[pos : pos + n]  # type: ignore[index]
             pos += n
             page += 1
             off = 0

@@ -134,7 +134,7 @@ class Nic:
         self._dm_next = addr + size
         return addr
 
-    def store(self, addr: int, data: bytes) -> None:
+    def store(self, addr: int, data: bytes | memoryview) -> None:
         """A DMA write becoming visible (wakes :meth:`watch` events)."""
         self.host.memory.write(addr, data)
         if self._watch:

@@ -55,7 +55,7 @@ class Packet:
     def __init__(self, kind: PktKind, seq: int, *, first: bool = True, last: bool = True,
                  offset: int = 0, length: int = 0, total: int = 0, raddr: int = 0,
                  rkey: int = 0, imm: int = 0, opcode: int = 0, status: int = 0,
-                 payload: bytes | None = None, ready: simpy.Event | None = None,
+                 payload: bytes | memoryview | None = None, ready: simpy.Event | None = None,
                  operands: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         self.kind = kind
         self.seq = seq

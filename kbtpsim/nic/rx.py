@@ -64,23 +64,28 @@ class Signal:
             ev.succeed()
 
 
-def gather(mem: SparseMemory, pieces: list[tuple[int, int]], offset: int, length: int) -> bytes:
-    """``length`` bytes at ``offset`` of the concatenation of the ``(addr, len)`` pieces."""
-    out = []
+def gather(mem: SparseMemory, pieces: list[tuple[int, int]], offset: int,
+           length: int) -> bytes | memoryview:
+    """``length`` bytes at ``offset`` of the concatenation of the ``(addr, len)`` pieces: a
+    snapshot, without a copy where memory shares the octets (``SparseMemory.view``)."""
+    out: list[bytes | memoryview] = []
     for addr, ln in pieces:
         if offset >= ln:
             offset -= ln
             continue
         n = min(ln - offset, length)
-        out.append(mem.read(addr + offset, n))
+        out.append(mem.view(addr + offset, n))
         length -= n
         offset = 0
         if not length:
             break
+    if len(out) == 1:
+        return out[0]
     return b"".join(out)
 
 
-def scatter(pieces: list[tuple[int, int]], offset: int, data: bytes) -> list[tuple[int, bytes]]:
+def scatter(pieces: list[tuple[int, int]], offset: int,
+            data: bytes | memoryview) -> list[tuple[int, bytes | memoryview]]:
     """Split ``data`` at message ``offset`` over the ``(addr, len)`` pieces."""
     out = []
     pos = 0
@@ -260,7 +265,7 @@ class RxSide:
         self.rcqe_at = max(self.rcqe_at, self.env.now)
         self.nic.post_cqe(self.recv_cq, "recv cqe", **fields)  # type: ignore[attr-defined]
 
-    def _place(self, addr: int, data: bytes, extra_ps: int = 0,
+    def _place(self, addr: int, data: bytes | memoryview, extra_ps: int = 0,
                then: Callable[[], None] | None = None) -> int:
         """Issue a posted DMA write of ``data`` (in order behind earlier ones); ``then`` runs
         when it is visible. Returns that time."""

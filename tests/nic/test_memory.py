@@ -77,3 +77,40 @@ def test_lazy_initializer() -> None:
         mem.add_initializer(base + 10, 4, fill)
     mem.add_initializer(0, 0, fill)  # empty: ignored
     assert mem.read(1 << 40, 4) == bytes(4)  # no initializer there
+
+
+def test_shared_pages_are_snapshots() -> None:
+    """Immutable octets are stored once (views), and a write after a view leaves the view
+    as it was (copy on write)."""
+    mem = SparseMemory()
+    data = bytes(range(256)) * 48  # three pages
+    mem.write(0x1000, data)
+    view = mem.view(0x1800, 8192)
+    assert isinstance(view, memoryview) and view.obj is data  # no copy
+    assert bytes(view) == data[0x800:0x2800] == mem.read(0x1800, 8192)
+    mem.write(0x2000, b"xyz")
+    assert bytes(view) == data[0x800:0x2800]
+    assert mem.read(0x2000, 4) == b"xyz" + data[0x1003:0x1004]
+    assert mem.read(0x1000, len(data)) == data[:0x1000] + b"xyz" + data[0x1003:]
+
+
+def test_mutable_sources_are_copied() -> None:
+    mem = SparseMemory()
+    src = bytearray(b"\x01" * 8192)
+    mem.write(0, src)
+    src[0] = 9
+    assert mem.read(0, 2) == b"\x01\x01"
+    assert mem.read(8190, 2) == b"\x01\x01" and mem.read(8192, 1) == b"\x00"
+    mem.write(4096, memoryview(src))  # a view of a bytearray: copied too
+    src[4096] = 7
+    assert mem.read(4096, 1) == b"\x09" and mem.read(8192, 1) == b"\x01"
+
+
+def test_view_falls_back_to_a_copy_across_writes() -> None:
+    mem = SparseMemory()
+    a, b = b"a" * 4096, b"b" * 4096
+    mem.write(0, a)
+    mem.write(4096, b)
+    got = mem.view(2048, 4096)  # two pages of two writes: joined
+    assert bytes(got) == b"a" * 2048 + b"b" * 2048
+    assert mem.view(0, 4096) == a
