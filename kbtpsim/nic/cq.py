@@ -21,6 +21,7 @@ from enum import IntEnum
 
 import simpy
 
+from kbtpsim.nic.clockhold import clock_hold
 from kbtpsim.nic.errors import CqOverrun, WcStatus
 
 
@@ -107,7 +108,7 @@ class CompletionQueue:
     """A CQ of ``depth`` entries, number ``cqn`` on its NIC; ``buffer_addr`` (optional) is
     where its CQEs are written in memory (``depth`` x 64 octets)."""
 
-    __slots__ = ("_entries", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
+    __slots__ = ("_entries", "_hold", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
                  "ignore_overrun", "overwritten")
 
     def __init__(self, env: simpy.Environment, cqn: int, depth: int,
@@ -123,6 +124,7 @@ class CompletionQueue:
         self.count = 0  #: CQEs generated so far (absolute, as WAIT counts)
         self._entries: deque[Cqe] = deque()
         self._waiters: list[tuple[int, simpy.Event]] = []
+        self._hold = clock_hold(env)
         #: a full CQ overwrites its oldest CQE instead of overrunning (MLNX_OFED's
         #: IBV_EXP_CQ_IGNORE_OVERRUN, which RedN sets on the CQs its chains WAIT on)
         self.ignore_overrun = ignore_overrun
@@ -139,7 +141,7 @@ class CompletionQueue:
         self._entries.append(cqe)
         self.count += 1
         if cqe.time > self.env.now:  # the DMA write lands then: keep the clock running
-            self.env.timeout(cqe.time - self.env.now)
+            self._hold.hold(cqe.time)
         if self._waiters:
             ready = [w for w in self._waiters if w[0] <= self.count]
             if ready:
