@@ -36,10 +36,10 @@ from kbtpsim.nic.errors import CapabilityError, NicError, RingFull, WcStatus, Wq
 from kbtpsim.nic.packet import Packet
 from kbtpsim.nic.protection import MemoryRegion
 from kbtpsim.nic.qpstate import QpState
-from kbtpsim.nic.rx import RxSide, Signal
+from kbtpsim.nic.rx import RxSide
 from kbtpsim.nic.sq_ops import SendOps
 from kbtpsim.nic.units import Gen
-from kbtpsim.nic.wake import Wake
+from kbtpsim.nic.wake import Signal, Wake
 from kbtpsim.nic.wqe import (
     ATOMIC_OPS,
     MASKED_OPS,
@@ -154,8 +154,7 @@ class QueuePair(RxSide, SendOps):
         self._cmp_sig = Wake(env, self._cmp_run)
         self._rd_sig = Signal(env)
         self._init_rx(rq_depth, rq_addr, rq_mr)
-        for proc in (self._executor, self._receiver):
-            env.process(proc())
+        env.process(self._executor())
 
     # ------------------------------------------------------------------ software API
     def wqe_addr(self, index: int) -> int:
@@ -266,7 +265,7 @@ class QueuePair(RxSide, SendOps):
             self._exec_sig.fire()
         if pi > self.db_index:
             self.db_index = pi
-        self._fetch_sig.fire()
+        self._fetch_sig.fire_last()  # the doorbell event's only callback ends here
 
     def _label(self, what: str, index: int) -> str:
         """A unit-span label naming the WR (formatted only when tracing)."""
@@ -423,7 +422,7 @@ class QueuePair(RxSide, SendOps):
     def _tx_sent(self, ev: simpy.Event) -> None:
         out, peer = self.out, self.peer
         if out is not None and peer is not None:
-            out.send(ev.value, peer.deliver)
+            out.send(ev.value, peer.arrive)
         self._tx_next()
 
     # completer: retires WRs in order and writes CQEs (a chain of callbacks)

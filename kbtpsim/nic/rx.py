@@ -1,18 +1,19 @@
-"""The receive side of a QP: receive ring, incoming requests and responses.
+"""The responder side of a QP: incoming requests and responses.
 
 Requests (SEND, WRITE, READ, atomics) are served in arrival order: the STag check of the
 first packet decides the whole message (a refused one is answered by a NAK carrying
 REM_ACCESS_ERR / REM_INV_REQ_ERR / REM_OP_ERR); WRITE and SEND payloads are placed by posted
 DMA writes that land one PCIe latency later; READ and atomic responses go out through the
-QP's transmitter, in order. A SEND consumes the next receive WQE, whose scatter list may
-point anywhere the NIC may write, including other QPs' WQEs. Receive WQEs are DMA-read when
-they are posted (``rq_prefetch`` in effect: the snapshot is taken then) or, if the message
-arrives first, when it arrives. A message that finds no receive waits for one (an
-infinitely retried RNR).
+QP's transmitter, in order. A SEND consumes the next receive WQE (:mod:`kbtpsim.nic.rq`),
+whose scatter list may point anywhere the NIC may write, including other QPs' WQEs.
 
 Placement order: ``in_order`` places every packet in arrival order; ``rdmap`` (RFC 5040)
 adds a per-packet random delay of up to ``ooo_jitter_ns`` to WRITE placement, and a SEND is
 delivered (its CQE) only after all earlier WRITE data is placed (rules 3, 5 and 10).
+
+The receiver (receive unit, then the packet's handler) is a chain of callbacks
+(:mod:`kbtpsim.nic.wake`) that drives each handler's generator as a process would: it
+continues on the events a handler yields, in the same order.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ import simpy
 
 from kbtpsim.atomics import compare_swap, fetch_add, masked_compare_swap, masked_fetch_add
 from kbtpsim.nic.cq import WcOpcode
-from kbtpsim.nic.errors import RingFull, WcStatus
-from kbtpsim.nic.memory import SparseMemory
+from kbtpsim.nic.errors import WcStatus
 from kbtpsim.nic.packet import Packet, PktKind
 from kbtpsim.nic.protection import (
     R_LOCAL_WRITE,
@@ -36,70 +36,14 @@ from kbtpsim.nic.protection import (
     MemoryRegion,
 )
 from kbtpsim.nic.qpstate import QpState
+from kbtpsim.nic.rq import RecvQueue
+from kbtpsim.nic.sg import gather, scatter
 from kbtpsim.nic.units import Gen
-from kbtpsim.nic.wqe import Opcode, Sge, decode_recv, encode_recv
+from kbtpsim.nic.wake import Signal, Wake
+from kbtpsim.nic.wqe import Opcode
 
 if TYPE_CHECKING:
-    from kbtpsim.nic.nicview import NicView
     from kbtpsim.nic.wrctx import WrContext
-
-
-class Signal:
-    """A re-armable wake-up: one waiter calls :meth:`wait`, anyone calls :meth:`fire`."""
-
-    __slots__ = ("env", "ev")
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self.ev: simpy.Event | None = None
-
-    def wait(self) -> simpy.Event:
-        self.ev = self.env.event()
-        return self.ev
-
-    def fire(self) -> None:
-        ev = self.ev
-        if ev is not None:
-            self.ev = None
-            ev.succeed()
-
-
-def gather(mem: SparseMemory, pieces: list[tuple[int, int]], offset: int,
-           length: int) -> bytes | memoryview:
-    """``length`` bytes at ``offset`` of the concatenation of the ``(addr, len)`` pieces: a
-    snapshot, without a copy where memory shares the octets (``SparseMemory.view``)."""
-    out: list[bytes | memoryview] = []
-    for addr, ln in pieces:
-        if offset >= ln:
-            offset -= ln
-            continue
-        n = min(ln - offset, length)
-        out.append(mem.view(addr + offset, n))
-        length -= n
-        offset = 0
-        if not length:
-            break
-    if len(out) == 1:
-        return out[0]
-    return b"".join(out)
-
-
-def scatter(pieces: list[tuple[int, int]], offset: int,
-            data: bytes | memoryview) -> list[tuple[int, bytes | memoryview]]:
-    """Split ``data`` at message ``offset`` over the ``(addr, len)`` pieces."""
-    out = []
-    pos = 0
-    for addr, ln in pieces:
-        if offset >= ln:
-            offset -= ln
-            continue
-        n = min(ln - offset, len(data) - pos)
-        out.append((addr + offset, data[pos : pos + n]))
-        pos += n
-        offset = 0
-        if pos >= len(data):
-            break
-    return out
 
 
 _ATOMIC = {
@@ -123,147 +67,87 @@ class RxMessage:
         self.status = status
 
 
-class RxSide:
+class RxSide(RecvQueue):
     """Receive-side half of :class:`~kbtpsim.nic.qp.QueuePair` (a mixin)."""
 
     __slots__ = (
-        "_rq_sig",
-        "_rx_sig",
-        "placing",
-        "placing_waiters",
-        "rcqe_at",
-        "rq_addr",
-        "rq_consumed",
-        "rq_dbrec",
-        "rq_depth",
-        "rq_fetch",
-        "rq_mr",
-        "rq_post",
-        "rq_stride",
-        "rq_wr_ids",
+        "_rx_handlers",
+        "_rx_read_ps",
+        "_rx_wake",
         "rx_msg",
         "rxq",
     )
 
-    nic: NicView
-    env: simpy.Environment
-    qpn: int
-    state: QpState
     txq: deque[Packet]
     inflight: dict[int, WrContext]
 
     def _init_rx(self, rq_depth: int, rq_addr: int, rq_mr: MemoryRegion) -> None:
-        self.rq_depth = rq_depth
-        self.rq_addr = rq_addr
-        self.rq_mr = rq_mr
-        self.rq_stride = self.nic.profile.rq_wqe_size
-        self.rq_post = 0
-        self.rq_consumed = 0
-        self.rq_dbrec: int | None = None  #: the receive doorbell record (attach_rq_doorbell)
-        self.rq_wr_ids = [0] * rq_depth
-        self.rq_fetch: dict[int, tuple[simpy.Event, list[bytes]]] = {}
+        self._init_rq(rq_depth, rq_addr, rq_mr)
         self.rxq: deque[Packet] = deque()
         self.rx_msg: RxMessage | None = None
-        self.placing = 0  #: rdmap: WRITE packets received but not yet placed
-        self.placing_waiters: list[simpy.Event] = []
-        self.rcqe_at = 0  #: time of the latest receive CQE (they are written in order)
-        self._rx_sig = Signal(self.env)
-        self._rq_sig = Signal(self.env)
-
-    # ------------------------------------------------------------------ software API
-    def recv_wqe_addr(self, index: int) -> int:
-        """Address of the ring slot of receive WQE ``index``."""
-        return self.rq_addr + (index % self.rq_depth) * self.rq_stride
-
-    def post_recv(self, sges: list[Sge] | tuple[Sge, ...], wr_id: int = 0) -> int:
-        """Post a receive with up to ``max_sge`` scatter entries; returns its index."""
+        self._rx_wake = Wake(self.env, self._rx_next)
+        self._rx_handlers: dict[PktKind, Callable[[Packet], Gen]] = {
+            PktKind.ACK: self._r_ack, PktKind.NAK: self._r_ack, PktKind.SEND: self._r_send,
+            PktKind.WRITE: self._r_write, PktKind.READ_REQ: self._r_read,
+            PktKind.ATOMIC_REQ: self._r_atomic, PktKind.READ_RESP: self._r_read_resp,
+            PktKind.ATOMIC_RESP: self._r_atomic_resp,
+        }
         prof = self.nic.profile
-        if len(sges) > prof.max_sge:
-            raise ValueError(f"{len(sges)} SGEs exceed max_sge {prof.max_sge}")
-        if self.rq_post - self.rq_consumed >= self.rq_depth:
-            raise RingFull(f"receive ring of QP {self.qpn} is full ({self.rq_depth} WQEs)")
-        index = self.rq_post
-        raw = encode_recv(tuple(sges), prof.wqe_field_byte_order, self.rq_stride)
-        self.nic.host.memory.write(self.recv_wqe_addr(index), raw)
-        self.rq_wr_ids[index % self.rq_depth] = wr_id
-        self.rq_post = index + 1
-        if self.rq_dbrec is not None:
-            self.nic.host.memory.write(self.rq_dbrec, self.rq_post.to_bytes(4, "big"))
-        self._rq_posted(index)
-        return index
-
-    def attach_rq_doorbell(self, addr: int) -> None:
-        """Give the receive queue a *doorbell record* at ``addr`` (4 octets, big-endian:
-        the count of receive WQEs posted), as mlx5 has one (rdma-core
-        ``providers/mlx5/qp.c``: ``mlx5_post_recv`` ends with ``qp->db[MLX5_RCV_DBR] =
-        htobe32(qp->rq.head & 0xffff)``; the NIC reads it, there is no MMIO doorbell for
-        receives). A NIC write that raises the count (a chain's loopback FetchAdd on it)
-        posts the ring's next WQEs again, as they are in the ring, with their earlier
-        ``wr_id``: a receive queue that a chain re-arms (chains v2)."""
-        self.rq_dbrec = addr
-        self.nic.host.memory.write(addr, self.rq_post.to_bytes(4, "big") + bytes(4))
-        self._watch_dbrec()
-
-    def _watch_dbrec(self) -> None:
-        assert self.rq_dbrec is not None
-        self.nic.watch(self.rq_dbrec).callbacks.append(self._dbrec_written)
-
-    def _dbrec_written(self, _ev: simpy.Event) -> None:
-        assert self.rq_dbrec is not None
-        head = int.from_bytes(self.nic.host.memory.read(self.rq_dbrec, 4), "big")
-        while (head - self.rq_post) & 0xFFFF_FFFF and (head - self.rq_post) & 0x8000_0000 == 0:
-            if self.rq_post - self.rq_consumed >= self.rq_depth:
-                break  # more than the ring holds: the extra count is ignored
-            index = self.rq_post
-            self.rq_post = index + 1
-            self._rq_posted(index)
-        self._watch_dbrec()
-
-    def _rq_posted(self, index: int) -> None:
-        """Receive WQE ``index`` became available to the NIC."""
-        if self.state is QpState.ERROR:
-            self._flush_rq()
-            return
-        # the NIC reads the receive WQE now (in the background): its snapshot
-        addr = self.recv_wqe_addr(index)
-        done = self.nic.pcie.read_done(addr, self.rq_stride, "recv wqe")
-        ev = self.env.timeout(done - self.env.now)
-        box: list[bytes] = []
-        ev.callbacks.append(lambda _e: box.append(self.nic.host.memory.read(addr,
-                                                                             self.rq_stride)))
-        self.rq_fetch[index] = (ev, box)
-        self._rq_sig.fire()
+        self._rx_read_ps = round(prof.read_req_cycles * prof.cycle_ps)
 
     def deliver(self, pkt: Packet) -> None:
         """A packet arrives from the link."""
         self.rxq.append(pkt)
-        self._rx_sig.fire()
+        self._rx_wake.fire()
 
-    # ------------------------------------------------------------------ internals
-    def _flush_rq(self) -> None:
-        while self.rq_consumed < self.rq_post:
-            idx = self.rq_consumed
-            self.rq_consumed += 1
-            self.rq_fetch.pop(idx, None)
-            self._recv_cqe(0, idx, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0)
+    def arrive(self, pkt: Packet) -> None:
+        """:meth:`deliver`, as the only callback of the packet's arrival event (the
+        link's): the receiver may continue at once (:meth:`Wake.fire_last`)."""
+        self.rxq.append(pkt)
+        self._rx_wake.fire_last()
 
-    def _recv_cqe(self, at: int, idx: int, status: WcStatus, opcode: WcOpcode, byte_len: int,
-                  imm: int | None = None, inval: int | None = None) -> None:
-        """Write a receive CQE (in order, not before ``at``; rdmap: after all Write data)."""
-        at = self.rcqe_at = max(at, self.rcqe_at, self.env.now)
-        fields = {"wr_id": self.rq_wr_ids[idx % self.rq_depth], "status": status,
-                  "opcode": opcode, "qpn": self.qpn, "wqe_index": idx, "byte_len": byte_len,
-                  "imm": imm, "invalidated_stag": inval}
-        if self.nic.rdmap and self.placing:
-            self.env.process(self._recv_cqe_after_writes(fields))
-        else:
-            self.nic.post_cqe(self.recv_cq, "recv cqe", at,  # type: ignore[attr-defined]
-                              **fields)
+    # ------------------------------------------------------------------ the receiver
+    # receive unit, then the packet's handler, packet after packet (a chain of
+    # callbacks, kbtpsim.nic.wake): the handler's generator is driven as a process
+    # would drive it, continuing on each event it yields when that event is processed
+    def _rx_next(self, _ev: simpy.Event | None = None) -> None:
+        rxq = self.rxq
+        if not rxq:
+            self._rx_wake.arm()
+            return
+        nic = self.nic
+        env = self.env
+        pkt = rxq.popleft()
+        cost = nic.rx_ps + nic.pt.xlat_ps.get(pkt.rkey, 0)  # indirect keys' translation
+        if pkt.kind is PktKind.READ_REQ:
+            cost += self._rx_read_ps
+        ev = env.timeout(nic.rx_unit.reserve(cost, pkt) - env.now, pkt)
+        ev.callbacks.append(self._rx_handle)
 
-    def _recv_cqe_after_writes(self, fields: dict) -> Gen:
-        yield from self._all_writes_placed()
-        self.rcqe_at = max(self.rcqe_at, self.env.now)
-        self.nic.post_cqe(self.recv_cq, "recv cqe", **fields)  # type: ignore[attr-defined]
+    def _rx_handle(self, ev: simpy.Event) -> None:
+        pkt: Packet = ev.value
+        self._rx_drive(self._rx_handlers[pkt.kind](pkt), None)
+
+    def _rx_drive(self, gen: Gen, value: object) -> None:
+        """Run handler ``gen`` on: to its end (then the next packet), or until it yields
+        an event not yet processed (it continues when that event is)."""
+        while True:
+            try:
+                ev = gen.send(value)
+            except StopIteration:
+                break
+            if ev.callbacks is not None:
+                ev.callbacks.append(lambda e, g=gen: self._rx_resume(g, e))
+                return
+            if not ev.ok:
+                raise ev.value  # no handler waits on an event that fails
+            value = ev.value
+        self._rx_next()
+
+    def _rx_resume(self, gen: Gen, ev: simpy.Event) -> None:
+        if not ev.ok:
+            raise ev.value
+        self._rx_drive(gen, ev.value)
 
     def _place(self, addr: int, data: bytes | memoryview, extra_ps: int = 0,
                then: Callable[[], None] | None = None) -> int:
@@ -279,20 +163,6 @@ class RxSide:
             ev.callbacks.append(lambda _e: (nic.store(addr, data), then()))
         return visible
 
-    def _write_placed(self) -> None:
-        self.placing -= 1
-        if not self.placing and self.placing_waiters:
-            waiters, self.placing_waiters = self.placing_waiters, []
-            for ev in waiters:
-                ev.succeed()
-
-    def _all_writes_placed(self) -> Gen:
-        """rdmap (RFC 5040 rules 5, 10): a Send is delivered after earlier Write data."""
-        if self.placing:
-            ev = self.env.event()
-            self.placing_waiters.append(ev)
-            yield ev
-
     def _send(self, pkt: Packet) -> None:
         self.txq.append(pkt)
         self._tx_sig.fire()  # type: ignore[attr-defined]
@@ -304,29 +174,6 @@ class RxSide:
         if status is not WcStatus.REM_OP_ERR and self.state is not QpState.ERROR:
             self.to_error()  # type: ignore[attr-defined]
 
-    def _receiver(self) -> Gen:
-        nic = self.nic
-        env = self.env
-        rxq = self.rxq
-        handlers = {
-            PktKind.ACK: self._r_ack, PktKind.NAK: self._r_ack, PktKind.SEND: self._r_send,
-            PktKind.WRITE: self._r_write, PktKind.READ_REQ: self._r_read,
-            PktKind.ATOMIC_REQ: self._r_atomic, PktKind.READ_RESP: self._r_read_resp,
-            PktKind.ATOMIC_RESP: self._r_atomic_resp,
-        }
-        xlat = nic.pt.xlat_ps  # indirect keys' translation cost (kbtpsim.nic.keys)
-        read_ps = round(nic.profile.read_req_cycles * nic.profile.cycle_ps)
-        while True:
-            if not rxq:
-                yield self._rx_sig.wait()
-                continue
-            pkt = rxq.popleft()
-            cost = nic.rx_ps + xlat.get(pkt.rkey, 0)
-            if pkt.kind is PktKind.READ_REQ:
-                cost += read_ps
-            yield env.timeout(nic.rx_unit.reserve(cost, pkt) - env.now)
-            yield from handlers[pkt.kind](pkt)
-
     def _r_ack(self, pkt: Packet) -> Gen:
         ctx = self.inflight.pop(pkt.seq, None)
         if ctx is not None and not ctx.done.triggered:
@@ -337,17 +184,6 @@ class RxSide:
 
     def _responder_down(self) -> bool:
         return self.state is QpState.ERROR
-
-    def _take_recv(self) -> Gen:
-        """The next receive WQE (waiting for one to be posted): (index, scatter list)."""
-        while self.rq_consumed >= self.rq_post:
-            yield self._rq_sig.wait()
-        idx = self.rq_consumed
-        self.rq_consumed = idx + 1
-        ev, box = self.rq_fetch.pop(idx)
-        if not box:
-            yield ev
-        return idx, decode_recv(box[0], self.nic.profile.wqe_field_byte_order)
 
     def _r_send(self, pkt: Packet) -> Gen:
         if pkt.first:
@@ -536,4 +372,4 @@ def _succeed(ctx: WrContext) -> None:
         ctx.done.succeed(WcStatus.SUCCESS)
 
 
-__all__ = ["RxSide", "Signal", "gather", "scatter"]
+__all__ = ["RxSide", "Signal", "gather", "scatter"]  # Signal, gather, scatter: re-exported

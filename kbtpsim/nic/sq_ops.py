@@ -16,9 +16,9 @@ import simpy
 from kbtpsim.nic.errors import WcStatus
 from kbtpsim.nic.packet import Packet, PktKind
 from kbtpsim.nic.protection import R_LOCAL_READ, R_LOCAL_WRITE
-from kbtpsim.nic.rx import Signal, gather
+from kbtpsim.nic.sg import gather
 from kbtpsim.nic.units import Gen
-from kbtpsim.nic.wake import Wake
+from kbtpsim.nic.wake import Signal, Wake
 from kbtpsim.nic.wqe import WRITE_OPS, Opcode, Sge, WorkRequest
 from kbtpsim.nic.wrctx import WrContext
 

@@ -1,11 +1,17 @@
 """Wake-ups of the QP pipeline stages that run as chains of callbacks.
 
 A stage written as a chain of callbacks (the transmitter, the completer, the WQE
-fetcher) waits on the same simpy events a process would, so a run has the same events
-in the same order, without the cost of resuming a generator on each. Where a process
-would wait on a :class:`~kbtpsim.nic.rx.Signal`, the chain *arms* a :class:`Wake` and
-returns; :meth:`Wake.fire` on an armed wake schedules one event at the current time
-whose callback continues the chain (a Signal's wait and fire, event for event).
+fetcher, the receiver) waits on the same simpy events a process would, so a run has the
+same events in the same order, without the cost of resuming a generator on each. Where a
+process would wait on a :class:`Signal`, the chain *arms* a :class:`Wake` and returns;
+:meth:`Wake.fire` on an armed wake schedules one event at the current time whose callback
+continues the chain (a Signal's wait and fire, event for event).
+
+:meth:`Wake.fire_last` saves that event where it cannot change the order of anything:
+called as the last action of the only callback of the event being processed, when no
+other event is due at the current time, the event it would schedule is the next one
+processed, so the stage continues at once instead (the same state changes in the same
+order; only simpy's event count is lower).
 """
 
 from __future__ import annotations
@@ -14,6 +20,26 @@ from collections.abc import Callable
 from typing import Any
 
 import simpy
+
+
+class Signal:
+    """A re-armable wake-up: one waiter calls :meth:`wait`, anyone calls :meth:`fire`."""
+
+    __slots__ = ("env", "ev")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.ev: simpy.Event | None = None
+
+    def wait(self) -> simpy.Event:
+        self.ev = self.env.event()
+        return self.ev
+
+    def fire(self) -> None:
+        ev = self.ev
+        if ev is not None:
+            self.ev = None
+            ev.succeed()
 
 
 class Wake:
@@ -37,3 +63,16 @@ class Wake:
             ev = self.env.event()
             ev.callbacks.append(self.fn)
             ev.succeed()
+
+    def fire_last(self) -> None:
+        """:meth:`fire`, as the last action of the only callback of the event being
+        processed: with no other event due now, the stage continues at once instead of
+        through an event."""
+        if self.armed:
+            env = self.env
+            queue = env._queue  # type: ignore[attr-defined]
+            if not queue or queue[0][0] > env._now:  # type: ignore[attr-defined]
+                self.armed = False
+                self.fn(None)
+            else:
+                self.fire()
