@@ -103,6 +103,9 @@ class _Credit:
     commit_time: int | None = None  #: CQE time of the variant's commit Write
     #: the variant whose COMPLETION Send went out (a successful SEND CQE), and when
     sent: tuple[str, int] | None = None
+    #: chains v2 with dispatch: the variant the request was dispatched to (None: none),
+    #: False until known (:meth:`kbtpsim.chains.v2.slots.SlotQueues.dispatched_variant`)
+    dispatched: str | bool | None = False
 
 
 class ChainServer:
@@ -612,6 +615,14 @@ class ChainServer:
         body = mem.read(cr.bufs["stg"], max(0, n - REQ_LEN))
         return (req + body)[:n]
 
+    def _finish_count(self, cr: _Credit) -> int:
+        """CQEs of credit ``cr`` after which the CPU learns that its chain ended."""
+        return self.signaled
+
+    def _full_count(self, cr: _Credit) -> int:
+        """CQEs of credit ``cr`` once nothing of its chain runs any more."""
+        return self.signaled
+
     def _live_credit(self, number: int) -> _Credit | None:
         """The live credit a CQE's ``wr_id`` names (the credit number it was posted with)."""
         return self.live.get(number)
@@ -652,19 +663,23 @@ class ChainServer:
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
                 cr.entry_write_time = c.time
-        for n in [n for n in self._early if self.live[n].seen >= self.signaled]:
-            self._early.discard(n)  # its chain has run out: the slot can be re-posted
-            del self.live[n]
-            self.free_slots.append(n % self.credits)
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
-            if cr.seen < self.signaled or cr.recv_len is None:
+            if cr.recv_len is None or cr.seen < self._finish_count(cr):
                 break
             out.append(self._finish(cr, now))
-            del self.live[self.finished]
-            self.free_slots.append(cr.number % self.credits)
+            if cr.seen < self._full_count(cr):  # WRs run after its gate (dispatch): the
+                self._early.add(cr.number)  # slot is re-posted once they ran
+            else:
+                del self.live[self.finished]
+                self.free_slots.append(cr.number % self.credits)
             self.finished += 1
+        for n in sorted(self._early):
+            if self.live[n].seen >= self._full_count(self.live[n]):
+                self._early.discard(n)  # its chain has run out: the slot can be re-posted
+                del self.live[n]
+                self.free_slots.append(n % self.credits)
         if self.failed_at is not None and self.drained():
             out.extend(self.unfinished(now))
         return out

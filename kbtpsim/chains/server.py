@@ -170,8 +170,10 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self.chains_version = chains
         #: verify v2's transformed chains when posting them (off for mutants, O4)
         self.verify_chains = True
-        #: chains v2: a deliberate bug in every slot's recycle plan (mutants), or None
+        #: chains v2: a deliberate bug in every slot's recycle plan, or in its advancers'
+        #: counts (per-operation dispatch) (mutants), or None
         self.recycle_hook: Any = None
+        self.advance_hook: Any = None
         blockers = recycle_blockers(prof) if chains == "v2" else []
         if blockers:
             raise ValueError(f"target.chains: v2 cannot run on NIC profile {prof.name!r}: "
@@ -266,6 +268,8 @@ class OffloadedTargetServer(SoftwareTargetServer):
         extra: dict[str, Any] = {}
         if cls is not ChainServer and self.recycle_hook is not None:
             extra["recycle_hook"] = self.recycle_hook
+        if cls is not ChainServer and self.advance_hook is not None:
+            extra["advance_hook"] = self.advance_hook
         chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
                      self._pool_key, True, ring, cpu_slots=self.cpu_slots, **extra)
         connect(chains.conn, peer, link)

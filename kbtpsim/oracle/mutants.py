@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.compiler import VARIANTS, build_chain
 from kbtpsim.chains.ir import Addr, Chain, Const, Read, Role, WrTemplate
-from kbtpsim.chains.v2.recycle import RecyclePlan
+from kbtpsim.chains.v2.recycle import CountField, RecyclePlan
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
@@ -281,16 +281,32 @@ def v2_skip_wqe_restore(plan: RecyclePlan) -> None:
 
 
 def v2_stale_count(plan: RecyclePlan) -> None:
-    """Chains v2: the step WAITs on the slot's CQ are not advanced (delta 0): in the next
-    round each passes at once, before the step's patches and Reads have landed."""
+    """Chains v2: the WAITs on the gate's, the slot's and the connection QP's CQs are not
+    advanced (delta 0): in the next round each passes at once, before the previous
+    credit released the gate, or the step's patches, Reads and transfers landed."""
     hit = [i for i, st in enumerate(plan.steps) if st.kind == "advance"
-           and st.count is not None and st.count.target == "cq:chain"]
+           and st.count is not None
+           and st.count.target in ("cq:gate", "cq:chain", "cq:conn")]
     if not hit:
         raise MutantNotApplicable("no advance of a slot-CQ WAIT in the recycle plan")
     for i in hit:
         c = plan.steps[i].count
         assert c is not None
         plan.steps[i] = replace(plan.steps[i], count=replace(c, delta=0))
+
+
+def v2_dispatch_stale_advance(by_variant: dict[str, list[CountField]]) -> None:
+    """Chains v2 with dispatch: a variant's advancer does not advance its sub-master's
+    WAITs on the variant's own CQ (delta 0): the next time the slot serves that
+    variant, each WAIT passes at once, before the step's patches and Reads landed."""
+    hit = False
+    for v, counts in by_variant.items():
+        for i, c in enumerate(counts):
+            if c.target == f"cq:chain@{v}":
+                counts[i] = replace(c, delta=0)
+                hit = True
+    if not hit:
+        raise MutantNotApplicable("no variant WAIT on its own CQ (no dispatch)")
 
 
 @dataclass(frozen=True)
@@ -349,8 +365,12 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-skip-wqe-restore", V2Mutation(v2_skip_wqe_restore), "chains v2: the "
            "WQEs a chain modifies (CAS-armed markers) are not restored between rounds",
            mix="invalid", profile="cx5", chains="v2"),
-    Mutant("v2-stale-count", V2Mutation(v2_stale_count), "chains v2: the slot CQ's step "
-           "WAITs are not advanced between rounds", mix="valid", chains="v2"),
+    Mutant("v2-stale-count", V2Mutation(v2_stale_count), "chains v2: the WAITs on the "
+           "gate's, the slot's and the connection's CQs are not advanced between rounds",
+           mix="valid", chains="v2"),
+    Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
+           "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
+           "its own CQ where they were", mix="valid", chains="v2"),
 )}
 
 
@@ -365,8 +385,19 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
 
         server = Harness(prof, prof.wqe_field_byte_order != "big", credits=2,
                          chains="v2").server
+        if m.transform.advance is not None:
+            from kbtpsim.chains.v2.dispatch import is_private
+            from kbtpsim.chains.v2.recycle import check_advance
+
+            private = server._slots[0].private
+            by_v: dict[str, list[CountField]] = {}
+            for c in private:
+                by_v.setdefault(is_private(c.target.split("#", 1)[0]) or "", []).append(c)
+            m.transform.advance(by_v)
+            return check_advance(by_v, private, server.adv_wrs)
         plan = copy.deepcopy(server._slots[0].plan)
         assert plan is not None
+        assert m.transform.recycle is not None
         m.transform.recycle(plan)
         wait = 2 * server.p_rec
         return check_recycle(plan, plan.counts + own_counts(plan, plan.base, wait,

@@ -25,7 +25,7 @@ from kbtpsim.chains.ir import Chain, WrTemplate
 from kbtpsim.chains.plan import ConnectionPlan
 from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.server import OffloadedTargetServer
-from kbtpsim.chains.v2.recycle import RecyclePlan
+from kbtpsim.chains.v2.recycle import CountField, RecyclePlan
 from kbtpsim.nic import Link, Opcode, QueuePair, Simulation
 from kbtpsim.oracle.events import Recorder, TargetTap
 from kbtpsim.system import Initiator
@@ -38,10 +38,15 @@ ChainTransform = Callable[[Chain], None]
 
 class V2Mutation:
     """A mutant of chains v2's own machinery: ``recycle`` changes every slot's recycle
-    plan before it is posted (the compiled chain itself is left as it is)."""
+    plan before it is posted, ``advance`` its advancers' counts (the compiled chain
+    itself is left as it is)."""
 
-    def __init__(self, recycle: Callable[[RecyclePlan], None]) -> None:
+    def __init__(self, recycle: Callable[[RecyclePlan], None] | None = None,
+                 advance: Callable[[dict[str, list[CountField]]], None] | None = None
+                 ) -> None:
         self.recycle = recycle
+        #: per-operation dispatch: changes every slot's advancers (counts by variant)
+        self.advance = advance
 
     def __call__(self, chain: Chain) -> None:
         return None
@@ -118,6 +123,7 @@ class ObservedServer(OffloadedTargetServer):
         self.verify_chains = chain_transform is None  # mutants run unverified (O4)
         if isinstance(chain_transform, V2Mutation):
             self.recycle_hook = chain_transform.recycle
+            self.advance_hook = chain_transform.advance
         self.tap = TargetTap(self.target, self.recorder)
         self.tap.slot_hook = self._slot_written
         self.target = self.tap  # type: ignore[assignment]

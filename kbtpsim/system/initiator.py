@@ -87,6 +87,11 @@ if TYPE_CHECKING:
 
 Gen = Generator[simpy.Event, Any, Any]
 RECV_SIZE = 256  #: a COMPLETION is 40 octets, the largest HELLO_ACK 152
+#: From an initiator's disconnect to the target learning of it (ps): the CM's DREQ is a
+#: management datagram through both hosts' CM and the fabric, so it arrives after what
+#: the initiator's NIC sent before it, its ACKs included (decision O11). An estimate:
+#: no published figure for rdma_cm's disconnect latency was found.
+CM_DISCONNECT_PS = 10_000_000
 NO_FEATURES = Feature(0)
 NO_ACCESS = Access(0)
 
@@ -222,11 +227,14 @@ class Initiator(DirectModes):
         return result
 
     def close(self) -> None:
-        """Tear the connection down (a CM disconnect); the target retains bindings."""
+        """Tear the connection down (a CM disconnect); the target retains bindings. The
+        target learns of it :data:`CM_DISCONNECT_PS` later (decision O11)."""
         if self.qp is not None and self.qp.state is not QpState.ERROR:
             self.qp.to_error()
         if self.server is not None and self.conn is not None:
-            self.server.close(self.conn)
+            server, conn = self.server, self.conn
+            self.env.timeout(CM_DISCONNECT_PS).callbacks.append(
+                lambda _ev: server.close(conn))
         self._break("closed")
 
     # ================================================================ requests

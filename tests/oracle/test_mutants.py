@@ -29,6 +29,8 @@ KINDS = {
     "v2-skip-restore": {"connection", "completion", "state"},
     "v2-skip-wqe-restore": {"connection", "completion"},
     "v2-stale-count": {"connection", "completion", "missing", "load-data"},
+    # chains v2 with dispatch: a variant's own re-arming (its advancer)
+    "v2-dispatch-stale-advance": {"connection", "completion", "missing", "load-data"},
 }
 
 
@@ -53,6 +55,11 @@ def test_the_recycle_rules_reject_the_v2_mutants_statically(name: str) -> None:
     m = CATALOGUE[name]
     found = static_findings(m, m.profile)
     assert found and all(f.startswith("recycle-") for f in found), found
+
+
+def test_the_advance_rule_rejects_the_dispatch_mutant_statically() -> None:
+    found = static_findings(CATALOGUE["v2-dispatch-stale-advance"])
+    assert found and all(f.startswith("dispatch-advanced") for f in found), found
 
 
 def test_verifier_rejects_the_dropped_wait_statically() -> None:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.post import ChainServer
+from kbtpsim.chains.v2.dispatch import check_dispatch, dispatch_blockers, split_variants
 from kbtpsim.chains.v2.lanes import split_lanes
 from kbtpsim.chains.v2.server import RecycleError, RecyclingChainServer, recycle_blockers
 from kbtpsim.chains.v2.waits import split_waits
@@ -26,13 +28,23 @@ def chain_server_class(chains: str) -> type[ChainServer]:
 
 
 def prepare_chain(chains: str, chain: Chain, profile: NicProfile,
-                  check: bool = True) -> Chain:
+                  check: bool = True, dispatch: bool = True) -> Chain:
     """The chain a connection posts: v1's as planned; v2's with each part on its own
-    worker lane (:func:`~kbtpsim.chains.v2.lanes.split_lanes`) and its step WAITs split
-    by CQ (:func:`~kbtpsim.chains.v2.waits.split_waits`), verified again."""
+    worker lane (:func:`~kbtpsim.chains.v2.lanes.split_lanes`), then, where the profile
+    allows it and ``dispatch``, each variant on its own sub-master dispatched by the
+    request header (:func:`~kbtpsim.chains.v2.dispatch.split_variants`), else its step
+    WAITs split by CQ (:func:`~kbtpsim.chains.v2.waits.split_waits`); verified again."""
     if chains != "v2" or not chain.count(include_master=False):
         return chain
-    out = split_waits(split_lanes(chain))
+    lanes = split_lanes(chain)
+    if dispatch and not dispatch_blockers(profile) and any(
+            w.part in VARIANTS for w in chain.wrs()):
+        out = split_variants(lanes)
+        bad = check_dispatch(out) if check else []
+        if bad:
+            raise RecycleError(f"chains v2: the dispatched chain is unsound: {bad[0]}")
+    else:
+        out = split_waits(lanes)
     found = verify(out, profile) if check else []  # mutants run unverified (O4)
     if found:
         raise RecycleError(f"chains v2: the chain in lanes does not verify on "

@@ -76,11 +76,13 @@ def split_lanes(chain: Chain) -> Chain:
     return out
 
 
-def requeue(chain: Chain, fence_cas: bool = False) -> dict[str, list[str]]:
-    """(Re-)make the queue-order edges of the master and of each worker lane, and the
-    FENCE edges (``fence_cas``: fence each lane's first CAS of a group first); the
-    chain must have no master or worker queue-order edges yet. Returns the lanes."""
-    master = [w.name for w in chain.wrs() if w.role is Role.MASTER]
+def requeue(chain: Chain, fence_cas: bool = False,
+            masters: bool = True) -> dict[str, list[str]]:
+    """(Re-)make the queue-order edges of the master (unless not ``masters``) and of
+    each worker lane, and the FENCE edges (``fence_cas``: fence each lane's first CAS of
+    a group first); the chain must have no such queue-order edges yet. Returns the
+    lanes."""
+    master = [w.name for w in chain.wrs() if w.role is Role.MASTER] if masters else []
     for x, y in itertools.pairwise(master):
         chain.edge(x, y, EdgeKind.QP_ORDER)
     by_lane: dict[str, list[str]] = {}

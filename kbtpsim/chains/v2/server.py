@@ -27,14 +27,16 @@ RedN's firmware patch allows).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout, RingKeys
-from kbtpsim.chains.post import _LOC, CPU_WR, SESSION_OCTET, _Credit
+from kbtpsim.chains.post import _LOC, CPU_WR, ROLE_BITS, SESSION_OCTET, Finished, _Credit
+from kbtpsim.chains.v2.dispatch import is_private
 from kbtpsim.chains.v2.recycle import (
     CountField,
     RecyclePlan,
+    check_advance,
     check_recycle,
     own_counts,
     plan_recycle,
@@ -52,6 +54,9 @@ from kbtpsim.nic import (
 )
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
+
+#: low bits of an advancer FetchAdd's wr_id (beside the templates' positions)
+ADVANCE_POSITION = 0x3FFD
 
 
 class RecycleError(ValueError):
@@ -86,6 +91,8 @@ class _Slot:
     wqe_copies: dict[tuple[str, int], int] | None = None  #: (role, first) -> pristine addr
     session: bool = False  #: the session octet in the pristine image
     armed: bool = False  #: the quota octets in the pristine image
+    #: dispatch: the counts that name a variant's own queues (its advancer's)
+    private: list[CountField] = field(default_factory=list)
 
 
 class RecyclingChainServer(SlotQueues):
@@ -98,10 +105,14 @@ class RecyclingChainServer(SlotQueues):
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
                  alloc_budget: int = 0, cpu_slots: int = 0,
-                 recycle_hook: Callable[[RecyclePlan], None] | None = None) -> None:
-        """``recycle_hook`` (a deliberate bug, kbtpsim.oracle.mutants) changes every
-        slot's recycle plan before it is posted; the plan is then not verified (O4)."""
+                 recycle_hook: Callable[[RecyclePlan], None] | None = None,
+                 advance_hook: Callable[[dict[str, list[CountField]]], None] | None = None
+                 ) -> None:
+        """``recycle_hook`` and ``advance_hook`` (deliberate bugs, kbtpsim.oracle.mutants)
+        change every slot's recycle plan, or its advancers' counts by variant, before
+        they are posted; they are then not verified (O4)."""
         self.recycle_hook = recycle_hook
+        self.advance_hook = advance_hook
         why = recycle_blockers(nic.profile)
         if why:
             raise RecycleError(f"chains v2 cannot recycle on profile {nic.profile.name!r}: "
@@ -116,6 +127,14 @@ class RecyclingChainServer(SlotQueues):
         if self.software:
             raise RecycleError("chains v2: the plan offloads nothing on this profile")
         self._setup_recycling()
+        #: dispatch: the variant each of its own queues belongs to; per slot, the rounds
+        #: each variant ran (its queues' round)
+        self._private_qp = {id(q): v for d in (*self.sub_masters, *self.advancers)
+                            for v, q in d.items()}
+        self._private_qp.update({id(q): lane for d in self.slot_lanes
+                                 for lane, q in d.items() if lane in self.sub_wrs})
+        self._runs: list[dict[str | None, int]] = [{v: 0 for v in self.sub_wrs}
+                                                   for _ in range(self.credits)]
         for m in self.masters:  # the CPU starts round 0 (MMIO)
             m.enable(m.post_index)
         self._booted = True
@@ -159,6 +178,9 @@ class RecyclingChainServer(SlotQueues):
         cqs = {self.recv_cq.cqn: ("cq:recv", k), self.gate_cq.cqn: ("cq:gate", k),
                self.chain_cq.cqn: ("cq:conn", k * self.conn_cqes)}
         cqs.update({cq.cqn: ("cq:chain", self.worker_cqes) for cq in self.slot_cqs})
+        for d in self.variant_cqs:  # a variant's own CQ: one round is one of its runs
+            cqs.update({cq.cqn: (f"cq:chain@{v}", self.variant_round_cqes[v])
+                        for v, cq in d.items()})
         by_qpn = {q.qpn: (r, q.sq_depth) for r, q in qps.items()}
         name_of = {id(q): r for r, q in qps.items()}
         wqe_dests: set[str] = set()
@@ -191,6 +213,10 @@ class RecyclingChainServer(SlotQueues):
                     else:
                         continue
                     counts.append(CountField(r, idx, wr.opcode.name, tgt, delta))
+            private = [c for c in counts if self.sub_wrs  # dispatch: a variant's own
+                       and is_private(c.target.split("#", 1)[0])]
+            counts = [c for c in counts if c not in private]  # advanced by the variant
+            self._slots[s].private = private
             modified: set[tuple[str, int]] = set()
             for name in wqe_dests:
                 qp, idx = slot.index[name]
@@ -254,8 +280,37 @@ class RecyclingChainServer(SlotQueues):
                     slot.wqe_copies[(role, first)] = at
                     at += len(raw)
             self._post_segment(s, first_buf)
+            self._post_advancers(s)
         self.p_rec = p_rec
         self.recycle_wrs = n_rec
+
+    def _post_advancers(self, s: int) -> None:
+        """Post credit slot ``s``'s advancers (dispatch: one per variant, once): a
+        FetchAdd of one variant round on each count that names the variant's own
+        queues (rule ``dispatch-advanced``)."""
+        private = self._slots[s].private
+        by_v: dict[str, list[CountField]] = {}
+        for c in private:
+            v = is_private(c.target.split("#", 1)[0])
+            assert v is not None
+            by_v.setdefault(v, []).append(c)
+        if self.advance_hook is not None:  # a mutant: posted as changed, unverified
+            self.advance_hook(by_v)
+        else:
+            found = check_advance(by_v, private, self.adv_wrs)
+            if found:
+                raise RecycleError("; ".join(found))
+        qps = self.queues()
+        shift = 32 if self.nic.profile.atomic_byte_order == "big" else 0
+        for v, adv in self.advancers[s].items():
+            for c in by_v.get(v, []):
+                q = qps[c.qp]
+                off = field_layout(q.posted[c.index % q.sq_depth])["wait_index"][0]
+                adv.post_send(WorkRequest(
+                    Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
+                    WqeFlags.SIGNALED, remote_addr=q.wqe_addr(c.index) + off,
+                    rkey=q.sq_mr.rkey, swap_add=c.delta << shift,
+                    wr_id=s << ROLE_BITS | ADVANCE_POSITION))
 
     def _post_segment(self, s: int, scratch_at: int) -> None:
         """Post credit slot ``s``'s recycle segment on the recycler (once)."""
@@ -347,7 +402,9 @@ class RecyclingChainServer(SlotQueues):
             rnd = number // k
             slot = self._slots[s]
             cr = _Credit(number, self._buffer_addrs(s))
-            cr.index = {name: (qp, idx + rnd * qp.sq_depth)  # type: ignore[attr-defined]
+            runs = self._runs[s]  # a variant's own queues advance in the rounds it ran
+            cr.index = {name: (qp, idx + runs.get(self._private_qp.get(id(qp)), rnd)
+                               * qp.sq_depth)  # type: ignore[attr-defined]
                         for name, (qp, idx) in slot.index.items()}
             if slot.cpu_slot is not None:
                 first = slot.cpu_slot + rnd * self.conn.sq_depth
@@ -370,6 +427,21 @@ class RecyclingChainServer(SlotQueues):
         self.doorbells += 1
         self.free_slots = []
         return n
+
+    def _finish(self, cr: _Credit, now: int) -> Finished:
+        self._note_run(cr)
+        return super()._finish(cr, now)
+
+    def take_early(self, credit: int, now: int) -> Finished:
+        self._note_run(self.live[credit])
+        return super().take_early(credit, now)
+
+    def _note_run(self, cr: _Credit) -> None:
+        """Credit ``cr``'s round is over for the CPU: its dispatched variant ran once
+        more in its slot."""
+        v = self.dispatched_variant(cr)
+        if v is not None:
+            self._runs[cr.number % self.credits][v] += 1
 
     def _pristine_octets(self, s: int, armed: bool) -> None:
         """The CPU's octets in slot ``s``'s pristine image: the session octet, and the

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import simpy
 
-from kbtpsim.chains.ir import Addr, Const, Role, WrTemplate
+from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.ir import Addr, CondSpec, Const, Role, WrTemplate
 from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
+from kbtpsim.chains.v2.dispatch import dispatched, is_private
 from kbtpsim.nic import CompletionQueue, Cqe, QueuePair, WorkRequest, connect
 from kbtpsim.nic.wqe import Opcode
 
@@ -42,12 +44,23 @@ class SlotQueues(ChainServer):
             connect(q, q)
             return q
 
+        self._plan_dispatch()
+        subs = self.sub_wrs
+        n_master -= sum(subs.values())
         self.slot_cqs = [nic.create_cq(1 << 12) for _ in range(k)]
+        #: per-operation dispatch (kbtpsim.chains.v2.dispatch): per slot and variant its
+        #: lane's CQ, sub-master and advancer
+        self.variant_cqs = [{v: nic.create_cq(1 << 12) for v in subs} for _ in range(k)]
         self.masters = [qp(self.master_cq, n_master + self._barrier_wrs())
                         for _ in range(k)]
+        self.sub_masters = [{v: qp(self.master_cq, n) for v, n in subs.items()}
+                            for _ in range(k)]
+        self.advancers = [{v: qp(self.variant_cqs[s][v], self.adv_wrs[v]) for v in subs}
+                          for s in range(k)]
         self.slot_workers = [qp(cq, n_work) for cq in self.slot_cqs]
-        self.slot_lanes = [{lane: qp(cq, n) for lane, n in self.lane_wrs.items()}
-                           for cq in self.slot_cqs]
+        self.slot_lanes = [{lane: qp(self.variant_cqs[s].get(lane, cq), n)
+                            for lane, n in self.lane_wrs.items()}
+                           for s, cq in enumerate(self.slot_cqs)]
         self.gate = qp(self.gate_cq, depth)
         self.master, self.worker, self.lane_qps = (self.masters[0], self.slot_workers[0],
                                                    self.slot_lanes[0])
@@ -55,9 +68,75 @@ class SlotQueues(ChainServer):
                          Role.GATE: self.gate})
         #: CQEs per credit: on its slot's CQ (worker lanes), and on the connection QP's
         self.worker_cqes = sum(1 for w in self.templates
-                               if w.role is Role.WORKER and w.signaled)
+                               if w.role is Role.WORKER and w.signaled
+                               and w.lane not in subs)
         self.conn_cqes = sum(1 for w in self.templates
                              if w.role is Role.CONN and w.signaled) + self.cpu_slots
+
+    def _plan_dispatch(self) -> None:
+        """Sizes of a dispatched chain's per-variant queues (none without dispatch)."""
+        #: variant -> its sub-master's WRs per credit; its advancer's WRs; its CQEs per
+        #: round (lane and advancer); its header condition
+        self.sub_wrs: dict[str, int] = {}
+        self.adv_wrs: dict[str, int] = {}
+        self.variant_round_cqes: dict[str, int] = {}
+        self.dispatch_conds: dict[str, CondSpec] = {}
+        for w in self.templates:
+            if w.role is Role.MASTER and w.lane in VARIANTS:
+                self.sub_wrs[w.lane] = self.sub_wrs.get(w.lane, 0) + 1
+                t = w.fields["target"]
+                if isinstance(t, Addr) and t.ref == f"qp:adv@{w.lane}":
+                    c = w.fields["count"]
+                    assert isinstance(c, Const) and isinstance(c.value, int)
+                    self.adv_wrs[w.lane] = c.value
+            if w.role is Role.MASTER and w.cond is not None and w.name.startswith(
+                    "dispatch_"):
+                t = w.fields["target"]
+                assert isinstance(t, Addr)
+                v = is_private(t.ref)
+                assert v is not None
+                self.dispatch_conds[v] = w.cond
+        ring = [w for w in self.templates if w.role is Role.CONN]
+        for v in self.sub_wrs:
+            lane = sum(1 for w in self.templates if w.role is Role.WORKER and w.lane == v
+                       and w.signaled)
+            self.variant_round_cqes[v] = lane + self.adv_wrs[v]
+        common = sum(1 for w in self.templates if w.role is Role.WORKER and w.signaled
+                     and w.lane not in self.sub_wrs)
+        #: CQEs that finish a credit (report it to the CPU), by dispatched variant: the
+        #: common ones, the variant's, the connection WRs up to its last one (the rest
+        #: run after the gate: :meth:`_full_cqes`)
+        self._finish_cqes: dict[str | None, int] = {None: common}
+        for v in self.sub_wrs:
+            last = max(i for i, w in enumerate(ring) if w.part == v)
+            self._finish_cqes[v] = (common + self.variant_round_cqes[v]
+                                    + sum(1 for w in ring[:last + 1] if w.signaled))
+        self._common_cqes = common + sum(1 for w in ring if w.signaled)
+
+    def dispatched_variant(self, cr: _Credit) -> str | None:
+        """The variant credit ``cr``'s request was dispatched to (the NIC's header
+        conditions, evaluated on the received header), or None."""
+        if not self.dispatch_conds:
+            return None
+        if cr.dispatched is False:
+            cond = next(iter(self.dispatch_conds.values()))
+            addr, _ = self._loc(cr, cond.word.loc)
+            cr.dispatched = dispatched(self.dispatch_conds,
+                                       self.nic.host.memory.read(addr, 8))
+        return cr.dispatched  # type: ignore[return-value]
+
+    def _finish_count(self, cr: _Credit) -> int:
+        if not self.dispatch_conds:
+            return self.signaled
+        if self.failed_at is not None:  # flushed WQEs of untaken variants complete with
+            return 1 << 62  # errors too: unfinished() reports the credits once drained
+        return self._finish_cqes[self.dispatched_variant(cr)]
+
+    def _full_count(self, cr: _Credit) -> int:
+        if not self.dispatch_conds:
+            return self.signaled
+        v = self.dispatched_variant(cr)
+        return self._common_cqes + (self.variant_round_cqes[v] if v else 0)
 
     def _slot(self, number: int) -> int:
         return number % self.credits
@@ -67,11 +146,15 @@ class SlotQueues(ChainServer):
         if w.role is Role.WORKER:
             return self.slot_lanes[s][w.lane] if w.lane else self.slot_workers[s]
         if w.role is Role.MASTER:
-            return self.masters[s]
+            return self.sub_masters[s][w.lane] if w.lane else self.masters[s]
         return self.qps[w.role]
 
     def _queue(self, name: str, number: int = 0) -> QueuePair:
         s = self._slot(number)
+        if name.startswith("master@"):
+            return self.sub_masters[s][name.split("@", 1)[1]]
+        if name.startswith("adv@"):
+            return self.advancers[s][name.split("@", 1)[1]]
         if "@" in name:
             return self.slot_lanes[s][name.split("@", 1)[1]]
         if name == "worker":
@@ -93,6 +176,10 @@ class SlotQueues(ChainServer):
             out[f"worker#{s}"] = self.slot_workers[s]
             for lane, q in self.slot_lanes[s].items():
                 out[f"worker@{lane}#{s}"] = q
+            for v, q in self.sub_masters[s].items():
+                out[f"master@{v}#{s}"] = q
+            for v, q in self.advancers[s].items():
+                out[f"adv@{v}#{s}"] = q
         return out
 
     def _target(self, w: WrTemplate, number: int = 0) -> int:
@@ -102,6 +189,8 @@ class SlotQueues(ChainServer):
             return self.slot_cqs[self._slot(number)].cqn
         if t.ref == "cq:conn":
             return self.chain_cq.cqn
+        if t.ref.startswith("cq:chain@"):
+            return self.variant_cqs[self._slot(number)][t.ref.split("@", 1)[1]].cqn
         return super()._target(w, number)
 
     def _wait_count(self, cr: _Credit, w: WrTemplate) -> int:
@@ -112,6 +201,9 @@ class SlotQueues(ChainServer):
                 return cr.number // self.credits * self.worker_cqes + count.value
             if target.ref == "cq:conn":  # the connection QP's: every earlier credit's
                 return cr.number * self.conn_cqes + count.value
+            if is_private(target.ref):  # a variant's own queue: posted for round 0, then
+                assert cr.number < self.credits  # advanced by the variant's advancer
+                return count.value
         return super()._wait_count(cr, w)
 
     def _post_slot_barrier(self, number: int) -> None:
@@ -125,20 +217,24 @@ class SlotQueues(ChainServer):
             wr_id=number << ROLE_BITS | 0x3FFE))
         self.wrs_posted += 1
 
+    def _chain_cqs(self) -> list[CompletionQueue]:
+        return [*self.slot_cqs, *(cq for d in self.variant_cqs for cq in d.values())]
+
     def _poll_chain(self) -> list[Cqe]:
         out: list[Cqe] = []
-        for cq in (*self.slot_cqs, self.chain_cq):
+        for cq in (*self._chain_cqs(), self.chain_cq):
             out.extend(cq.poll(1 << 12))
         return out
 
     def wake_events(self) -> list[simpy.Event]:
-        slots = {self._slot(self.finished), *(self._slot(n) for n in self._early)}
-        return [*(self.slot_cqs[s].reach(self.slot_cqs[s].count + 1) for s in sorted(slots)),
+        slots = sorted({self._slot(self.finished), *(self._slot(n) for n in self._early)})
+        cqs = [cq for s in slots for cq in (self.slot_cqs[s], *self.variant_cqs[s].values())]
+        return [*(cq.reach(cq.count + 1) for cq in cqs),
                 self.chain_cq.reach(self.chain_cq.count + 1),
                 self.recv_cq.reach(self.recv_cq.count + 1)]
 
     def cqes_in_flight(self) -> bool:
-        return any(len(cq) for cq in (*self.slot_cqs, self.chain_cq, self.recv_cq))
+        return any(len(cq) for cq in (*self._chain_cqs(), self.chain_cq, self.recv_cq))
 
 
 __all__ = ["SlotQueues"]

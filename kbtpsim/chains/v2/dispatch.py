@@ -1,0 +1,373 @@
+"""Per-operation dispatch (chains v2): a request runs only its own variant's WRs.
+
+Without dispatch every credit's master runs every variant's steps: a LOAD fetches and
+decodes the WRs of all five variants (188 on ideal-be), most of them as conditional NOPs.
+:func:`split_variants`, a pass over the chain in lanes (:mod:`.lanes`), gives each
+variant ``v`` its own *sub-master* QP (``qp:master@v``) that runs v's step sequence, and
+its lane its own CQ (``cq:chain@v``); the credit's master keeps only the common part:
+
+1. WAIT for the previous credit's gate and for the receive;
+2. *dispatch A*: for each variant, an ENABLE of its sub-master through v's first steps
+   (the markers and patches, which read nothing but the request), **conditional on the
+   request header** (version, opcode, flags: v's own header marker condition, so that a
+   request v's markers would accept is the request dispatched to v). The conditions are
+   mutually exclusive (rule ``dispatch-exclusive``): at most one sub-master runs;
+3. the ``dispatch`` lane's steps (the handle patch, byte count, table marker, the
+   table-entry Read), with WAITs on the slot's CQ;
+4. *dispatch B*: the same conditional ENABLEs, through the rest of v's sub-master (its
+   steps that read the table entry);
+5. a WAIT for this credit's gate NOP (the served variant's release, or the CPU's), then
+   an ENABLE of the connection QP through the credit's last connection WR: the untaken
+   variants' connection WRs run then, as NOPs (each is conditional on an arm word only
+   its own variant's markers write: rule ``dispatch-dead``), so every credit puts the same
+   number of CQEs on the connection QP's CQ, whoever served it.
+
+A sub-master's sequence is v's steps as v1 runs them (ENABLE v's lane and, where v has
+connection WRs, the connection QP, then WAIT for them), with counts on v's own CQ. Since
+a sub-master, its lane and its CQ advance only in the rounds v runs, the counts that
+name them (*private* counts, :func:`is_private`) cannot be advanced by the slot's
+recycle segment, which runs every round: v advances them itself. The sub-master's last
+WR ENABLEs v's *advancer* (a managed loopback QP per slot and variant, posted once by
+:class:`~kbtpsim.chains.v2.server.RecyclingChainServer`), whose FetchAdds add one
+v-round to each private count (rule ``dispatch-advanced``), after the WRs they belong to
+ran. Counts naming queues that advance every round (the connection QP and its CQ, the
+gate, the receive, the slot's CQ) stay with the recycle segment, wherever they sit.
+
+The CPU learns which variant a credit dispatched from the request header, with the same
+conditions (:func:`dispatched`): it expects the common CQEs plus that variant's.
+
+Needs native conditional ENABLEs (``native_conditional``); on CAS-on-WQE profiles (cx5)
+the dispatch ENABLEs would be CAS-armed (RedN), not built: there v2 runs without
+dispatch (:func:`dispatch_blockers`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import networkx as nx
+
+from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.ir import Addr, Chain, CondSpec, Const, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.v2.lanes import requeue
+from kbtpsim.nic.profile import NicProfile
+from kbtpsim.nic.wqe import Opcode
+
+#: the parts every credit runs whatever its request (besides the master's sequence)
+COMMON_PARTS = ("dispatch",)
+
+
+class DispatchError(ValueError):
+    """A chain that the dispatch pass cannot split (the message says why)."""
+
+
+def dispatch_blockers(profile: NicProfile) -> list[str]:
+    """Why ``profile`` cannot run per-operation dispatch (empty: it can)."""
+    if not profile.native_conditional:
+        return ["per-operation dispatch needs native conditional ENABLEs "
+                "(native_conditional); CAS-armed dispatch ENABLEs are not built"]
+    return []
+
+
+def variant_of(w: WrTemplate) -> str | None:
+    """The variant a worker or connection WR belongs to (commit WRs by their name);
+    None for the common part."""
+    if w.part in VARIANTS:
+        return w.part
+    if w.part == "commit":
+        base = w.name.split(".", 1)[0]
+        for prefix in ("commit_", "release_"):
+            if base.startswith(prefix) and base[len(prefix):] in VARIANTS:
+                return base[len(prefix):]
+        raise DispatchError(f"dispatch: commit WR {w.name!r} names no variant")
+    return None
+
+
+def is_private(ref: str) -> str | None:
+    """The variant whose own queue a WAIT/ENABLE target ``ref`` names (its sub-master,
+    lane, CQ or advancer), else None."""
+    for kind in ("qp:master@", "qp:worker@", "cq:chain@", "qp:adv@"):
+        if ref.startswith(kind):
+            v = ref[len(kind):]
+            return v if v in VARIANTS else None
+    return None
+
+
+def header_condition(chain: Chain, v: str) -> CondSpec:
+    """Variant ``v``'s header marker condition (its test of version, opcode, flags)."""
+    found = [w.cond for w in chain.wrs() if w.part == v and w.cond is not None
+             and w.cond.word.loc == "buf:hdr" and w.role is Role.WORKER
+             and w.cond.mask[1] == 0xFF]  # the one that tests the opcode octet
+    if len(found) != 1:
+        raise DispatchError(f"dispatch: variant {v!r} has {len(found)} header markers, "
+                            "not one")
+    return found[0]
+
+
+def exclusive(a: CondSpec, b: CondSpec) -> bool:
+    """No word satisfies both conditions (some octet bit both test differs)."""
+    return a.word.loc == b.word.loc and any(
+        ma & mb & (ca ^ cb) for ca, cb, ma, mb in zip(a.compare, b.compare, a.mask, b.mask,
+                                                      strict=True))
+
+
+def holds(cond: CondSpec, word: bytes) -> bool:
+    """``cond`` on the 8 octets ``word`` (what the NIC computes)."""
+    return all(not ((w ^ c) & m) for w, c, m in zip(word, cond.compare, cond.mask,
+                                                    strict=True))
+
+
+def dispatched(conds: dict[str, CondSpec], header_word: bytes) -> str | None:
+    """The variant a request with this header word is dispatched to, or None."""
+    hit = [v for v, c in conds.items() if holds(c, header_word)]
+    assert len(hit) <= 1, hit  # dispatch-exclusive
+    return hit[0] if hit else None
+
+
+def _steps(wrs: list[WrTemplate]) -> list[int]:
+    return sorted({w.step for w in wrs})
+
+
+def split_variants(chain: Chain) -> Chain:
+    """``chain`` (in lanes, before :func:`~kbtpsim.chains.v2.waits.split_waits`) with
+    per-operation dispatch (module docstring)."""
+    g = chain.graph
+    variants = [v for v in VARIANTS if any(w.part == v for w in chain.wrs())]
+    if not variants:
+        raise DispatchError("dispatch: the chain serves no variant")
+    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes))
+    mine: dict[str | None, list[WrTemplate]] = {}
+    for w in chain.wrs():
+        if w.role is Role.MASTER:
+            continue
+        v = variant_of(w) if w.role in (Role.WORKER, Role.CONN) else None
+        nw = replace(w, lane=v) if w.role is Role.WORKER and v is not None else replace(w)
+        out.add(nw)
+        mine.setdefault(v, []).append(nw)
+    masters = {n for n in g.nodes if chain.wr(n).role is Role.MASTER}
+    for a, b, d in g.edges(data=True):
+        if a in masters or b in masters:
+            continue  # re-made below
+        if d["kind"] in (EdgeKind.QP_ORDER, EdgeKind.FENCE) and \
+                chain.wr(a).role is Role.WORKER:
+            continue  # re-made per lane
+        wa, wb = chain.wr(a), chain.wr(b)
+        if (wa.role in (Role.WORKER, Role.CONN) and wb.role in (Role.WORKER, Role.CONN)
+                and variant_of(wa) is not None and variant_of(wb) is None):
+            raise DispatchError(f"dispatch: the common {b} depends on {a} of "
+                                f"{variant_of(wa)}")
+        out.edge(a, b, d["kind"])
+    conds = {v: header_condition(chain, v) for v in variants}
+    for a, b in itertools.combinations(variants, 2):
+        if not exclusive(conds[a], conds[b]):
+            raise DispatchError(f"dispatch-exclusive: {a} and {b} are dispatched by "
+                                "overlapping header conditions")
+    ring = [w for w in out.wrs() if w.role is Role.CONN]  # connection QP ring order
+    pos = {w.name: i for i, w in enumerate(ring)}
+    conn_before = [sum(1 for x in ring[:i + 1] if x.signaled) for i in range(len(ring))]
+    common = [w for w in mine.get(None, []) if w.role is Role.WORKER]
+    last_common = max(_steps(common), default=0)
+    rel: dict[str, list[str]] = {}  # master ENABLE -> the WRs it releases
+
+    def producers_common(w: WrTemplate) -> bool:
+        return any(chain.wr(p).role is Role.WORKER and variant_of(chain.wr(p)) is None
+                   for p in g.predecessors(w.name))
+
+    sub: dict[str, list[WrTemplate]] = {}
+    a_end: dict[str, int] = {}  # variant -> sub-master WRs in its phase A
+    for v in variants:
+        work = [w for w in mine[v] if w.role is Role.WORKER]
+        conn = [w for w in mine[v] if w.role is Role.CONN]
+        steps = _steps(work + conn)
+        a_steps: list[int] = []
+        for s in steps:  # phase A: first steps that read nothing of the common part
+            if s > last_common or any(producers_common(w) for w in work + conn
+                                      if w.step == s):
+                break
+            a_steps.append(s)
+        seq_v: list[WrTemplate] = []
+        waited_w = waited_c = 0
+        for i, s in enumerate(steps):
+            if i:
+                prev = steps[i - 1]
+                n_w = sum(1 for w in work if w.step <= prev and w.signaled)
+                if n_w > waited_w:
+                    seq_v.append(_wr(f"wait_{v}_{prev}", v, prev, Opcode.WAIT,
+                                     f"cq:chain@{v}", Const(n_w, f"{v} CQEs so far"),
+                                     f"every {v} lane WR of step {prev} has completed"))
+                    waited_w = n_w
+                last_c = [w for w in conn if w.step == prev and w.signaled]
+                if last_c and conn_before[pos[last_c[-1].name]] > waited_c:
+                    waited_c = conn_before[pos[last_c[-1].name]]
+                    seq_v.append(_wr(f"wait_conn_{v}_{prev}", v, prev, Opcode.WAIT,
+                                     "cq:conn", Const(waited_c, "connection-QP CQEs of "
+                                                      "this credit through it"),
+                                     f"{v}'s connection WRs of step {prev} have "
+                                     "completed"))
+            for role, ws in ((f"qp:worker@{v}", [w for w in work if w.step == s]),
+                             ("qp:conn", [w for w in conn if w.step == s])):
+                if not ws:
+                    continue
+                what = "lane" if role != "qp:conn" else "connection QP"
+                e = _wr(f"enable_{'conn_' if role == 'qp:conn' else ''}{v}_{s}", v, s,
+                        Opcode.ENABLE, role, Addr(f"wr:{ws[-1].name}", 1),
+                        f"release {v}'s step {s} on the {what}")
+                rel[e.name] = [w.name for w in ws]
+                seq_v.append(e)
+            if a_steps and s == a_steps[-1]:
+                a_end[v] = len(seq_v)
+        n_adv = sum(1 for w in seq_v if is_private(_target(w))) + 1 + (
+            2 if v in a_end else 1)  # + its own ENABLE, the dispatch ENABLE(s)
+        seq_v.append(_wr(f"advance_{v}", v, steps[-1], Opcode.ENABLE, f"qp:adv@{v}",
+                         Const(n_adv, f"{v}'s advancer: one {v} round to its own counts"),
+                         f"advance {v}'s private counts by one {v} round"))
+        sub[v] = seq_v
+    seq = [replace(chain.wr(n)) for n in ("wait_prev", "wait_recv")]
+    for v in variants:
+        if v in a_end:
+            d = _dispatch(v, "a", conds[v], sub[v][a_end[v] - 1].name, 1)
+            rel[d.name] = [w.name for w in sub[v][:a_end[v]]]
+            seq.append(d)
+    waited = 0
+    for s in _steps(common):
+        lanes: dict[str, list[WrTemplate]] = {}
+        for w in common:
+            if w.step == s:
+                lanes.setdefault(w.lane or w.part, []).append(w)
+        for lane, ws in lanes.items():
+            e = _wr(f"enable_{lane}_{s}", "", s, Opcode.ENABLE, f"qp:worker@{lane}",
+                    Addr(f"wr:{ws[-1].name}", 1), f"release step {s} on the {lane} lane")
+            rel[e.name] = [w.name for w in ws]
+            seq.append(e)
+        n = sum(1 for w in common if w.step <= s and w.signaled)
+        if n > waited:
+            seq.append(_wr(f"wait_dispatch_{s}", "", s, Opcode.WAIT, "cq:chain",
+                           Const(n, "common CQEs of this credit so far"),
+                           f"the common WRs of step {s} have completed"))
+            waited = n
+    for v in variants:
+        d = _dispatch(v, "b", conds[v], sub[v][-1].name, last_common)
+        rel[d.name] = [w.name for w in sub[v][a_end.get(v, 0):]]
+        seq.append(d)
+    seq.append(_wr("wait_gate", "", 99, Opcode.WAIT, "cq:gate",
+                   Const(1, "this credit's gate NOP (served, or released by the CPU)"),
+                   "the credit is done: its variant's release or the CPU's"))
+    if ring:
+        e = _wr("enable_conn_rest", "", 99, Opcode.ENABLE, "qp:conn",
+                Addr(f"wr:{ring[-1].name}", 1),
+                "the untaken variants' connection WRs run, as NOPs")
+        rel[e.name] = [w.name for w in ring]
+        seq.append(e)
+    for w in seq:
+        out.add(w)
+    for v in variants:
+        for w in sub[v]:
+            out.add(w)
+    _edges(out, [seq, *sub.values()], rel, mine)
+    for a, b, d in g.edges(data=True):  # what the two first WAITs count, as before
+        if d["kind"] is EdgeKind.COMPLETION and b in ("wait_prev", "wait_recv"):
+            out.edge(a, b, d["kind"])
+    out.notes.append(f"dispatch: {', '.join(variants)} each on its own sub-master, "
+                     "dispatched by its header condition")
+    return out
+
+
+def _target(w: WrTemplate) -> str:
+    t = w.fields.get("target")
+    return t.ref if isinstance(t, Addr) else ""
+
+
+def _wr(name: str, v: str, step: int, op: Opcode, target: str, count: Addr | Const,
+        note: str) -> WrTemplate:
+    return WrTemplate(name, Role.MASTER, op, v or "sequence", step,
+                      fields={"target": Addr(target), "count": count}, note=note, lane=v)
+
+
+def _dispatch(v: str, phase: str, cond: CondSpec, through: str, step: int) -> WrTemplate:
+    return replace(_wr(f"dispatch_{phase}_{v}", "", step, Opcode.ENABLE, f"qp:master@{v}",
+                       Addr(f"wr:{through}", 1), f"run {v}'s sub-master through {through} "
+                       f"if the request is {v}'s"), cond=cond)
+
+
+def _edges(out: Chain, masters: list[list[WrTemplate]], rel: dict[str, list[str]],
+           mine: dict[str | None, list[WrTemplate]]) -> None:
+    """Queue order (per master, per lane), ENABLE and COMPLETION edges."""
+    for seq in masters:
+        for x, y in itertools.pairwise(seq):
+            out.edge(x.name, y.name, EdgeKind.QP_ORDER)
+        for w in seq:
+            for r in rel.get(w.name, []):
+                out.edge(w.name, r, EdgeKind.ENABLE)
+            if w.opcode is not Opcode.WAIT or w.name in ("wait_prev", "wait_recv"):
+                continue
+            ref = _target(w)  # each WAIT counts the CQEs of the WRs it waits for
+            if ref == "cq:gate":
+                for x in out.wrs():
+                    if x.role is Role.GATE:
+                        out.edge(x.name, w.name, EdgeKind.COMPLETION)
+                continue
+            if ref == "cq:conn":
+                pool = [x for x in mine.get(w.part, []) if x.role is Role.CONN]
+            elif ref == "cq:chain":
+                pool = [x for x in mine.get(None, []) if x.role is Role.WORKER]
+            else:
+                pool = [x for x in mine[ref.split("@", 1)[1]] if x.role is Role.WORKER]
+            for x in pool:
+                if x.signaled and x.step <= w.step:
+                    out.edge(x.name, w.name, EdgeKind.COMPLETION)
+    requeue(out, fence_cas=True, masters=False)
+
+
+def check_dispatch(chain: Chain) -> list[str]:
+    """Verifier rules of a dispatched chain (findings, empty if sound):
+
+    ``dispatch-exclusive``: the dispatch ENABLEs' conditions pairwise exclude each other
+    (one request never runs two variants);
+    ``dispatch-dead``: every connection WR of variant v (which the master's last ENABLE
+    releases on every path) is conditional on a word only v's WRs place, so it is a NOP
+    on the paths where v was not dispatched;
+    ``dispatch-private``: a WAIT/ENABLE naming a variant's own queue sits in that
+    variant's sub-master or is its dispatch ENABLE (only its advancer advances it)."""
+    out: list[str] = []
+    disp = [w for w in chain.wrs() if w.role is Role.MASTER and w.name.startswith("dispatch_")]
+    by_v: dict[str, CondSpec] = {}
+    for w in disp:
+        v = is_private(_target(w))
+        if w.cond is None or v is None:
+            out.append(f"dispatch-exclusive: {w.name} is not a conditional ENABLE of a "
+                       "sub-master")
+            continue
+        if v in by_v and by_v[v] != w.cond:
+            out.append(f"dispatch-exclusive: {w.name}: {v} dispatched by two conditions")
+        by_v[v] = w.cond
+    for a, b in itertools.combinations(sorted(by_v), 2):
+        if not exclusive(by_v[a], by_v[b]):
+            out.append(f"dispatch-exclusive: {a} and {b} can both be dispatched by one "
+                       "request")
+    for w in chain.wrs():
+        if w.role is not Role.CONN:
+            continue
+        v = variant_of(w)
+        if w.cond is None:
+            out.append(f"dispatch-dead: {w.name} ({v}) is unconditional: it would run "
+                       "in full on every credit")
+            continue
+        foreign = [p for p in w.cond.word.producers
+                   if p in chain and variant_of(chain.wr(p)) != v]
+        if foreign or not w.cond.word.producers:
+            out.append(f"dispatch-dead: {w.name} ({v}) is conditional on a word that "
+                       f"not only {v} places ({', '.join(foreign) or 'nothing'})")
+    for w in chain.wrs():
+        if w.role is not Role.MASTER:
+            continue
+        v = is_private(_target(w))
+        if v is not None and not (w.lane == v or w.name.startswith("dispatch_")):
+            out.append(f"dispatch-private: {w.name} names {v}'s own queue outside {v}'s "
+                       "sub-master")
+    return out
+
+
+__all__ = ["COMMON_PARTS", "DispatchError", "check_dispatch", "dispatch_blockers",
+           "dispatched", "exclusive", "header_condition", "holds", "is_private",
+           "split_variants", "variant_of"]
