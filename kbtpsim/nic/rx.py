@@ -86,7 +86,8 @@ class RxSide(RecvQueue):
         self.rxq: deque[Packet] = deque()
         self.rx_msg: RxMessage | None = None
         self._rx_wake = Wake(self.env, self._rx_next)
-        self._rx_handlers: dict[PktKind, Callable[[Packet], Gen]] = {
+        #: by packet kind: a handler that may wait returns a generator (driven on)
+        self._rx_handlers: dict[PktKind, Callable[[Packet], Gen | None]] = {
             PktKind.ACK: self._r_ack, PktKind.NAK: self._r_ack, PktKind.SEND: self._r_send,
             PktKind.WRITE: self._r_write, PktKind.READ_REQ: self._r_read,
             PktKind.ATOMIC_REQ: self._r_atomic, PktKind.READ_RESP: self._r_read_resp,
@@ -126,7 +127,11 @@ class RxSide(RecvQueue):
 
     def _rx_handle(self, ev: simpy.Event) -> None:
         pkt: Packet = ev.value
-        self._rx_drive(self._rx_handlers[pkt.kind](pkt), None)
+        gen = self._rx_handlers[pkt.kind](pkt)
+        if gen is None:
+            self._rx_next()
+        else:
+            self._rx_drive(gen, None)
 
     def _rx_drive(self, gen: Gen, value: object) -> None:
         """Run handler ``gen`` on: to its end (then the next packet), or until it yields
@@ -174,13 +179,11 @@ class RxSide(RecvQueue):
         if status is not WcStatus.REM_OP_ERR and self.state is not QpState.ERROR:
             self.to_error()  # type: ignore[attr-defined]
 
-    def _r_ack(self, pkt: Packet) -> Gen:
+    def _r_ack(self, pkt: Packet) -> None:
         ctx = self.inflight.pop(pkt.seq, None)
         if ctx is not None and not ctx.done.triggered:
             ctx.done.succeed(WcStatus.SUCCESS if pkt.kind is PktKind.ACK
                              else WcStatus(pkt.status))
-        return
-        yield
 
     def _responder_down(self) -> bool:
         return self.state is QpState.ERROR
@@ -234,7 +237,7 @@ class RxSide(RecvQueue):
                        imm, inval)
         self._send(Packet(PktKind.ACK, pkt.seq))
 
-    def _r_write(self, pkt: Packet) -> Gen:
+    def _r_write(self, pkt: Packet) -> Gen | None:
         nic = self.nic
         if pkt.first:
             status = WcStatus.SUCCESS
@@ -262,12 +265,18 @@ class RxSide(RecvQueue):
             self._nak(pkt.seq, msg.status)
             return
         if pkt.opcode == Opcode.RDMA_WRITE_WITH_IMM:
-            idx, _sges = yield from self._take_recv()
-            self._recv_cqe(self.env.now, idx, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM,
-                           pkt.total, pkt.imm)
+            return self._r_write_imm(pkt)
+        self._send(Packet(PktKind.ACK, pkt.seq))
+        return None
+
+    def _r_write_imm(self, pkt: Packet) -> Gen:
+        """The end of a WRITE_WITH_IMM: it consumes a receive (waiting for one)."""
+        idx, _sges = yield from self._take_recv()
+        self._recv_cqe(self.env.now, idx, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM,
+                       pkt.total, pkt.imm)
         self._send(Packet(PktKind.ACK, pkt.seq))
 
-    def _r_read(self, pkt: Packet) -> Gen:
+    def _r_read(self, pkt: Packet) -> None:
         nic = self.nic
         addr = nic.pt.translate(pkt.rkey, pkt.raddr, pkt.total, R_REMOTE_READ, self.qpn)
         if self._responder_down() or addr < 0:
@@ -288,10 +297,8 @@ class RxSide(RecvQueue):
             self.dma_gather([(addr, total)], resps)  # type: ignore[attr-defined]
         self.txq.extend(resps)
         self._tx_sig.fire()  # type: ignore[attr-defined]
-        return
-        yield
 
-    def _r_atomic(self, pkt: Packet) -> Gen:
+    def _r_atomic(self, pkt: Packet) -> None:
         nic = self.nic
         addr = nic.pt.translate(pkt.rkey, pkt.raddr, 8, R_REMOTE_ATOMIC, self.qpn)
         if self._responder_down():
@@ -302,8 +309,6 @@ class RxSide(RecvQueue):
             self._nak(pkt.seq, WcStatus.REM_INV_REQ_ERR)
         else:
             self._atomic(pkt, addr)
-        return
-        yield
 
     def _atomic(self, pkt: Packet, addr: int) -> None:
         """Read-modify-write under the address's lock: the lock is taken when free, the
@@ -340,7 +345,7 @@ class RxSide(RecvQueue):
         ev.callbacks.append(rmw)
         self._send(resp)
 
-    def _r_read_resp(self, pkt: Packet) -> Gen:
+    def _r_read_resp(self, pkt: Packet) -> None:
         ctx = self.inflight.get(pkt.seq)
         if ctx is None:
             return
@@ -354,16 +359,12 @@ class RxSide(RecvQueue):
             self.inflight.pop(pkt.seq, None)
             if not parts:
                 _succeed(ctx)
-        return
-        yield
 
-    def _r_atomic_resp(self, pkt: Packet) -> Gen:
+    def _r_atomic_resp(self, pkt: Packet) -> None:
         ctx = self.inflight.pop(pkt.seq, None)
         if ctx is None:
             return
         self._place(ctx.pieces[0][0], pkt.payload or bytes(8), then=lambda: _succeed(ctx))
-        return
-        yield
 
 
 
