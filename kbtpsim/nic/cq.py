@@ -61,6 +61,33 @@ class Cqe:
     sampled: int | None = None
 
 
+_CQE_FIELDS = ("wr_id", "status", "opcode", "qpn", "wqe_index", "byte_len", "imm",
+               "invalidated_stag", "time", "sampled")  #: make_cqe's arguments, in order
+_CQE_SET = tuple(getattr(Cqe, name).__set__ for name in _CQE_FIELDS)
+_new = object.__new__
+
+
+def make_cqe(wr_id: int, status: WcStatus, opcode: WcOpcode, qpn: int, wqe_index: int,
+             byte_len: int = 0, imm: int | None = None, invalidated_stag: int | None = None,
+             time: int = 0, sampled: int | None = None) -> Cqe:
+    """``Cqe(...)`` (equal to it), built through the slots directly: the NIC makes one
+    per completion, and a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``."""
+    cqe = _new(Cqe)
+    s = _CQE_SET
+    s[0](cqe, wr_id)
+    s[1](cqe, status)
+    s[2](cqe, opcode)
+    s[3](cqe, qpn)
+    s[4](cqe, wqe_index)
+    s[5](cqe, byte_len)
+    s[6](cqe, imm)
+    s[7](cqe, invalidated_stag)
+    s[8](cqe, time)
+    s[9](cqe, sampled)
+    return cqe
+
+
 #: Size of a CQE in a CQ buffer, and offsets of its fields (mlx5 ``mlx5_cqe64``; all
 #: multi-octet fields big-endian whatever the profile's byte orders).
 CQE_SIZE = 64

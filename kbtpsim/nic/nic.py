@@ -22,7 +22,7 @@ from typing import Any
 
 import simpy
 
-from kbtpsim.nic.cq import CompletionQueue, Cqe, encode_cqe
+from kbtpsim.nic.cq import CompletionQueue, Cqe, encode_cqe, make_cqe
 from kbtpsim.nic.errors import CapabilityError, NicError
 from kbtpsim.nic.memory import Host
 from kbtpsim.nic.network import Link, LinkDirection
@@ -155,7 +155,7 @@ class Nic:
         when its write is issued and is visible to a polling CPU one PCIe latency later."""
         t1 = self.cqe_unit.reserve(self.cqe_ps, label, earliest)
         visible = self.pcie.write_visible(0, 64, label, t1)
-        cqe = Cqe(time=visible, **fields)
+        cqe = make_cqe(time=visible, **fields)
         ev = self.env.timeout(visible - self.pcie.lat_ps - self.env.now)
         if cq.buffer_addr is None:
             ev.callbacks.append(lambda _e: cq.push(cqe))

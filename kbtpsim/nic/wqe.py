@@ -88,6 +88,15 @@ _SEND_WRITE_OPS = SEND_OPS | WRITE_OPS
 _OPCODES = {int(op): op for op in Opcode}
 _CACHE_MAX = 4096
 _FLAGS = [WqeFlags(i & 0x4B) for i in range(256)]
+_WITH_COND: dict[int, WqeFlags] = {}
+
+
+def _with_conditional(flags: WqeFlags) -> WqeFlags:
+    """``flags | CONDITIONAL`` (memoised: enum arithmetic is slow, few values occur)."""
+    out = _WITH_COND.get(flags)
+    if out is None:
+        out = _WITH_COND[flags] = flags | WqeFlags.CONDITIONAL
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +165,7 @@ class WorkRequest:
             if self.sges[0].length != 8:
                 raise ValueError("the atomic result SGE must be 8 octets long")
         if self.cond is not None and not int(self.flags) & 0x01:  # CONDITIONAL
-            object.__setattr__(self, "flags", self.flags | WqeFlags.CONDITIONAL)
+            object.__setattr__(self, "flags", _with_conditional(self.flags))
 
     @property
     def signaled(self) -> bool:
@@ -178,6 +187,35 @@ class Wqe:
     index: int
     qpn: int
     opcode_byte: int
+
+
+_SGE_SET = tuple(getattr(Sge, name).__set__ for name in ("addr", "length", "lkey"))
+
+
+def _sge(addr: int, length: int, lkey: int) -> Sge:
+    """``Sge(addr, length, lkey)`` for a decoded data segment, whose byte count (bit 31
+    clear: not inline) always passes the length check; set through the slots."""
+    sge = object.__new__(Sge)
+    s = _SGE_SET
+    s[0](sge, addr)
+    s[1](sge, length)
+    s[2](sge, lkey)
+    return sge
+
+
+_WQE_SET = tuple(getattr(Wqe, name).__set__ for name in ("wr", "index", "qpn", "opcode_byte"))
+
+
+def _wqe(wr: WorkRequest, index: int, qpn: int, opcode_byte: int) -> Wqe:
+    """``Wqe(wr, index, qpn, opcode_byte)``, set through the slots (one per executed WQE;
+    a frozen dataclass's ``__init__`` goes through ``object.__setattr__``)."""
+    wqe = object.__new__(Wqe)
+    s = _WQE_SET
+    s[0](wqe, wr)
+    s[1](wqe, index)
+    s[2](wqe, qpn)
+    s[3](wqe, opcode_byte)
+    return wqe
 
 
 _FMT = {"big": ">", "little": "<"}
@@ -308,7 +346,11 @@ def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 
 def _encode_wqe(wr: WorkRequest, order: ByteOrder, qpn: int, size: int | None) -> bytes:
     index = 0
     s = _S[order]
-    total = wqe_size(wr)
+    inline_len = None if wr.inline_data is None else len(wr.inline_data)
+    segments = _segments(wr.opcode, bool(int(wr.flags) & 0x01), len(wr.sges), inline_len)
+    total = CTRL_SIZE
+    for _name, seg_size in segments:
+        total += seg_size
     if size is not None and total > size:
         raise ValueError(f"{wr.opcode.name} WQE needs {total} octets, slot has {size}")
     ds = total // SEG
@@ -317,10 +359,8 @@ def _encode_wqe(wr: WorkRequest, order: ByteOrder, qpn: int, size: int | None) -
     qpn_b = (qpn & 0xFF_FFFF).to_bytes(3, order)
     out = bytearray(s["ctrl"].pack(opmod, index & 0xFFFF, int(opcode), qpn_b, ds, 0,
                                    int(wr.flags), wr.imm & 0xFFFF_FFFF))
-    inline_len = None if wr.inline_data is None else len(wr.inline_data)
     sges = iter(wr.sges)
-    for name, seg_size in _segments(wr.opcode, bool(int(wr.flags) & 0x01),
-                                    len(wr.sges), inline_len):
+    for name, seg_size in segments:
         if name == "cond":
             c = wr.cond
             if c is None:
@@ -363,7 +403,7 @@ def decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     wr = _DECODED.get(key)
     if wr is not None:
         index = int.from_bytes(raw[1:3], order)
-        return Wqe(wr, index, int.from_bytes(raw[4:7], order), raw[3])
+        return _wqe(wr, index, int.from_bytes(raw[4:7], order), raw[3])
     wqe = _decode_wqe(raw, order)
     if len(_DECODED) >= _CACHE_MAX:
         _DECODED.clear()
@@ -382,7 +422,7 @@ def _decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     qpn = int.from_bytes(qpn_b, order)
     flags = _FLAGS[flags_b]
     if opcode in (Opcode.NOP, Opcode.LOCAL_INV):
-        return Wqe(WorkRequest(opcode, flags=flags, imm=imm), index, qpn, op_b)
+        return _wqe(WorkRequest(opcode, flags=flags, imm=imm), index, qpn, op_b)
     if ds * SEG > len(raw) or ds < 1:
         raise WqeDecodeError(f"ds {ds} does not fit the {len(raw)}-octet slot")
     end = ds * SEG
@@ -429,14 +469,14 @@ def _decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
             kw["inline_data"] = bytes(raw[off + 4 : off + 4 + n])
             off += (4 + n + SEG - 1) // SEG * SEG
             continue
-        sges.append(Sge(addr, count, lkey))
+        sges.append(_sge(addr, count, lkey))
         off += SEG
     kw["sges"] = tuple(sges)
     try:
         wr = WorkRequest(opcode, **kw)
     except ValueError as exc:
         raise WqeDecodeError(str(exc)) from None
-    return Wqe(wr, index, qpn, op_b)
+    return _wqe(wr, index, qpn, op_b)
 
 
 def encode_recv(sges: tuple[Sge, ...] | list[Sge], order: ByteOrder, size: int) -> bytes:
@@ -461,7 +501,9 @@ def decode_recv(raw: bytes, order: ByteOrder) -> tuple[Sge, ...]:
         count, lkey, addr = unpack(raw, off)
         if count == 0 and lkey == INVALID_STAG:
             break
-        sges.append(Sge(addr, count, lkey))
+        if count & INLINE_BIT:
+            raise ValueError(f"SGE length must be in [0, 2^31), got {count!r}")
+        sges.append(_sge(addr, count, lkey))
     return tuple(sges)
 
 

@@ -103,3 +103,18 @@ def test_a_conditional_wr_tests_the_byte_count_after_a_wait() -> None:
         qa.ring_doorbell()
         sim.run()
         assert b.host.memory.read(flag, 1) == (b"\x01" if n == 24 else b"\x00")
+
+
+def test_make_cqe_equals_the_dataclass() -> None:
+    """The NIC's fast CQE constructor sets every field the dataclass has."""
+    import dataclasses
+
+    from kbtpsim.nic.cq import _CQE_FIELDS, Cqe, make_cqe
+
+    assert tuple(f.name for f in dataclasses.fields(Cqe)) == _CQE_FIELDS
+    kw = {"wr_id": 7, "status": WcStatus.REM_ACCESS_ERR, "opcode": WcOpcode.RECV, "qpn": 9,
+          "wqe_index": 3, "byte_len": 40, "imm": 5, "invalidated_stag": 6, "time": 100,
+          "sampled": 50}
+    assert make_cqe(**kw) == Cqe(**kw)
+    assert repr(make_cqe(wr_id=1, status=WcStatus.SUCCESS, opcode=WcOpcode.SEND, qpn=2,
+                         wqe_index=0)) == repr(Cqe(1, WcStatus.SUCCESS, WcOpcode.SEND, 2, 0))
