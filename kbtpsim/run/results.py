@@ -113,10 +113,14 @@ def summary_table(results: dict[str, Any]) -> str:
                               for op, c in served.items()
                               if op in ("LOAD", "STORE", "ALLOC_STORE"))
             refill = cpu["per_op"].get("REFILL", {})
+            steady = cpu.get("per_nic_served") or {}
             lines.append(f"{who}: NIC served {by_op or 'nothing'} (whole run, warm-up "
                          f"included); CPU re-posting "
                          f"{refill.get('per_op_ns', 0) / 1000:.2f}us per chain "
-                         f"({refill.get('ops', 0):.0f} chains)")
+                         f"({refill.get('ops', 0):.0f} chains)"
+                         + (f"; CPU per NIC-served request after the warm-up "
+                            f"{steady['total']:.0f}ns" if steady.get("total") is not None
+                            else ""))
             fast = [c for op, c in served.items() if op in ("LOAD", "STORE", "ALLOC_STORE")]
             total = sum(c["nic"] + c["cpu"] for c in fast)
             nic_n = sum(c["nic"] for c in fast)

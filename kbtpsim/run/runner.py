@@ -78,12 +78,14 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     env.process(memory.process(t0, sc.metrics.sample_interval, sampler.rows))
     marks: dict[str, dict[str, int]] = {}
     cpu_at_warm: dict[str, dict[str, float]] = {}
+    served_at_warm: dict[str, int] = {}
 
     def at_warm() -> Any:
         if warm > env.now:
             yield env.timeout(warm - env.now)
         marks["warm"] = busy.snapshot()
         cpu_at_warm.update(cpu_snapshot(system))
+        served_at_warm.update(nic_served(system))
 
     env.process(at_warm())
     if time_goal is not None:
@@ -113,6 +115,7 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     results = collect(sc, system, recorder, driver, sampler, util, t0, warm, end,
                       str(stop.value))
     add_comparison(results, sc, system, recorder, memory, cpu_at_warm)
+    add_nic_served_cost(results, system, cpu_at_warm, served_at_warm)
     divergences: list[Divergence] = []
     if oracle:
         quiesce(system, driver, sc.stop.stall)
@@ -257,3 +260,37 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
         "initiators": initiators,
         "kvcache": kv,
     }
+
+
+#: the CPU accounts of requests the NIC served (kbtpsim.chains.server: CHAIN, REFILL)
+NIC_PATH_ACCOUNTS = ("CHAIN", "REFILL")
+
+
+def nic_served(system: Any) -> dict[str, int]:
+    """Requests each offloaded target's NIC has served so far."""
+    out = {}
+    for name, server in system.servers.items():
+        served = getattr(server, "served", None)
+        if served is not None:
+            out[name] = sum(c.get("nic", 0) for c in served.values())
+    return out
+
+
+def add_nic_served_cost(results: dict[str, Any], system: Any,
+                        cpu_at_warm: dict[str, dict[str, float]],
+                        served_at_warm: dict[str, int]) -> None:
+    """``targets.<name>.cpu.per_nic_served`` for offloaded targets: target CPU ns per
+    NIC-served request in steady state (after the warm-up: HELLO's set-up of every
+    credit is not in it), per account (``CHAIN``, ``REFILL``) and in ``total``."""
+    after_cpu = cpu_snapshot(system)
+    after = nic_served(system)
+    for name, n_end in after.items():
+        n = n_end - served_at_warm.get(name, 0)
+        before = cpu_at_warm.get(name, {})
+        per = {acc: (round((after_cpu[name].get(acc, 0.0) - before.get(acc, 0.0)) / n, 3)
+                     if n else None) for acc in NIC_PATH_ACCOUNTS}
+        per["total"] = (round(sum(v for v in per.values() if v is not None), 3)
+                        if n else None)
+        per["requests"] = n
+        results["targets"][name]["cpu"]["per_nic_served"] = per
+

@@ -201,6 +201,9 @@ RESULTS_KEYS: list[tuple[str, str]] = [
      "the measured OK operations (docs/baselines.md)"),
     ("`targets.<name>.cpu.per_measured_op`", "target CPU ns per measured operation: `all` "
      "(session set-up excluded), `store`, `load`, `free` (null: none measured)"),
+    ("`targets.<name>.cpu.per_nic_served`", "offloaded targets: target CPU ns per request "
+     "the NIC served after the warm-up, by account (`CHAIN`: polls, bookkeeping, MMIO "
+     "writes; `REFILL`: re-posting or granting chains) and `total`; `requests`"),
     ("`targets.<name>.memory`", "`pool_bytes`, `buffer_bytes`, `held_bytes_*` (KV data "
      "stored), `reserved_bytes_*`, `allocated_bytes_*` (`_end`, `_mean`, `_peak`), "
      "`utilisation` (held / reserved over the steady state, from `steady_from_ps`; null "
