@@ -83,6 +83,14 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
              f"rounds the NIC runs this recycle segment ({len(plan.steps) if plan else 0} "
              "WRs, after the request, off its path):"]
     lines += [f"   {line}" for line in (plan.describe() if plan else [])]
+    by_v: dict[str, list[str]] = {}
+    for c in server._slots[0].private:  # per-operation dispatch: the advancers
+        by_v.setdefault(c.target.split("@", 1)[1].split("#", 1)[0], []).append(
+            f"{c.qp}#{c.index} {c.opcode} {c.target} count += {c.delta}")
+    for v, steps in by_v.items():
+        lines.append(f"dispatch: {v}'s sub-master ends by ENABLEing its advancer, "
+                     f"{len(steps)} FetchAdds, one {v} round each (in the rounds {v} ran):")
+        lines += [f"   {i:2d} advance         {st}" for i, st in enumerate(steps)]
     return out, lines
 
 
