@@ -131,3 +131,28 @@ def test_outstanding_requests_fail_cleanly_when_the_connection_breaks() -> None:
     assert sess.tickets == 0  # blocks held for RDMA Read data went back
     cluster.server.target.check_invariant()
     assert cluster.initiators["a"].buffers.outstanding == 0
+
+
+def test_the_target_learns_of_a_disconnect_after_the_cm_delay() -> None:
+    """Decision O11: a CM disconnect (DREQ) reaches the target CM_DISCONNECT_PS after the
+    initiator's close, after what its NIC sent before (the ACKs of the last COMPLETION)."""
+    from kbtpsim.system.initiator import CM_DISCONNECT_PS
+
+    cluster = Cluster.build(config())
+    seen: dict[str, Any] = {}
+
+    def body(c: Cluster) -> Generator[Any, Any, Any]:
+        a = c.initiators["a"]
+        yield a.alloc_store(BASE_A, b"kept", seal=True)
+        conn = next(iter(c.server.connections.values()))
+        a.close()
+        seen["at_close"] = conn.up
+        yield c.sim.env.timeout(CM_DISCONNECT_PS - 1)
+        seen["just_before"] = conn.up
+        yield c.sim.env.timeout(2)
+        seen["after"] = (conn.up, conn.ended)
+        return None
+
+    run(cluster, body)
+    assert seen["at_close"] and seen["just_before"]
+    assert seen["after"] == (False, "closed")

@@ -31,3 +31,13 @@ def test_a_v2_campaign_replays_with_its_chains() -> None:
     assert "--chains v2" in spec.replay()
     res = run_campaign(spec)
     assert res.ok and res.requests > 24
+
+
+def test_a_reconnect_does_not_undo_an_acknowledged_completion() -> None:
+    """Seed 3 of the default mix (decision O11): the initiator closes right after its
+    ALLOC_STORE's COMPLETION; the target used to learn of the close before the ACK, flush
+    the Send and undo the allocation the initiator had been told of."""
+    res = run_campaign(Spec(seed=3, profile="ideal-be", addr_le=False, ops=96, phases=3,
+                            mix="default", chains="v2"))
+    assert res.ok, [d.as_dict() for d in res.divergences[:2]]
+    assert res.events["dropped"] > 0  # the mix's reconnect closed a connection
