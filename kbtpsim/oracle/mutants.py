@@ -386,13 +386,10 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
         server = Harness(prof, prof.wqe_field_byte_order != "big", credits=2,
                          chains="v2").server
         if m.transform.advance is not None:
-            from kbtpsim.chains.v2.dispatch import is_private
-            from kbtpsim.chains.v2.recycle import check_advance
+            from kbtpsim.chains.v2.advance import by_variant, check_advance
 
             private = server._slots[0].private
-            by_v: dict[str, list[CountField]] = {}
-            for c in private:
-                by_v.setdefault(is_private(c.target.split("#", 1)[0]) or "", []).append(c)
+            by_v = by_variant(private)
             m.transform.advance(by_v)
             return check_advance(by_v, private, server.adv_wrs)
         plan = copy.deepcopy(server._slots[0].plan)

@@ -54,9 +54,6 @@ from kbtpsim.chains.v2.lanes import requeue
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
 
-#: the parts every credit runs whatever its request (besides the master's sequence)
-COMMON_PARTS = ("dispatch",)
-
 
 class DispatchError(ValueError):
     """A chain that the dispatch pass cannot split (the message says why)."""
@@ -368,6 +365,6 @@ def check_dispatch(chain: Chain) -> list[str]:
     return out
 
 
-__all__ = ["COMMON_PARTS", "DispatchError", "check_dispatch", "dispatch_blockers",
+__all__ = ["DispatchError", "check_dispatch", "dispatch_blockers",
            "dispatched", "exclusive", "header_condition", "holds", "is_private",
            "split_variants", "variant_of"]

@@ -217,33 +217,3 @@ def check_recycle(plan: RecyclePlan, chain_counts: list[CountField],
                        "scatters into is restored")
     return out
 
-
-def check_advance(by_variant: dict[str, list[CountField]], private: list[CountField],
-                  sizes: dict[str, int]) -> list[str]:
-    """Verifier rule ``dispatch-advanced`` (per-operation dispatch,
-    :mod:`kbtpsim.chains.v2.dispatch`): each variant's advancer advances every count
-    that names the variant's own queues (``private``, with the advance one round of the
-    variant needs) exactly once, by that round, and nothing else; and it has as many WRs
-    as its sub-master's ENABLE of it releases (``sizes``)."""
-    out: list[str] = []
-    want = {(c.qp, c.index): c for c in private}
-    seen: dict[tuple[str, int], int] = {}
-    for v, counts in sorted(by_variant.items()):
-        if len(counts) != sizes.get(v, -1):
-            out.append(f"dispatch-advanced: {v}'s advancer has {len(counts)} WRs, its "
-                       f"ENABLE releases {sizes.get(v)}")
-        for c in counts:
-            key = (c.qp, c.index)
-            seen[key] = seen.get(key, 0) + 1
-            if key not in want:
-                out.append(f"dispatch-advanced: {v}'s advancer advances {c.qp}#{c.index}, "
-                           "no count of its own queues")
-            elif c.delta != want[key].delta:
-                out.append(f"dispatch-advanced: {c.qp}#{c.index} {c.opcode} {c.target}: "
-                           f"advanced by {c.delta}, one {v} round is {want[key].delta}")
-    for key, c in want.items():
-        if seen.get(key, 0) != 1:
-            out.append(f"dispatch-advanced: {c.qp}#{c.index} {c.opcode} {c.target} is "
-                       f"advanced {seen.get(key, 0)} times a round of its variant, not "
-                       "once (its next run waits for too few CQEs, or stops short)")
-    return out

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout, RingKeys
-from kbtpsim.chains.post import _LOC, CPU_WR, ROLE_BITS, SESSION_OCTET, Finished, _Credit
+from kbtpsim.chains.post import _LOC, CPU_WR, SESSION_OCTET, Finished, _Credit
+from kbtpsim.chains.v2.advance import AdvanceHook, post_advancers
 from kbtpsim.chains.v2.dispatch import is_private
 from kbtpsim.chains.v2.recycle import (
     CountField,
     RecyclePlan,
-    check_advance,
     check_recycle,
     own_counts,
     plan_recycle,
@@ -54,9 +54,6 @@ from kbtpsim.nic import (
 )
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
-
-#: low bits of an advancer FetchAdd's wr_id (beside the templates' positions)
-ADVANCE_POSITION = 0x3FFD
 
 
 class RecycleError(ValueError):
@@ -106,8 +103,7 @@ class RecyclingChainServer(SlotQueues):
                  device_memory: bool = True, ring: RingKeys | None = None,
                  alloc_budget: int = 0, cpu_slots: int = 0,
                  recycle_hook: Callable[[RecyclePlan], None] | None = None,
-                 advance_hook: Callable[[dict[str, list[CountField]]], None] | None = None
-                 ) -> None:
+                 advance_hook: AdvanceHook | None = None) -> None:
         """``recycle_hook`` and ``advance_hook`` (deliberate bugs, kbtpsim.oracle.mutants)
         change every slot's recycle plan, or its advancers' counts by variant, before
         they are posted; they are then not verified (O4)."""
@@ -285,32 +281,10 @@ class RecyclingChainServer(SlotQueues):
         self.recycle_wrs = n_rec
 
     def _post_advancers(self, s: int) -> None:
-        """Post credit slot ``s``'s advancers (dispatch: one per variant, once): a
-        FetchAdd of one variant round on each count that names the variant's own
-        queues (rule ``dispatch-advanced``)."""
-        private = self._slots[s].private
-        by_v: dict[str, list[CountField]] = {}
-        for c in private:
-            v = is_private(c.target.split("#", 1)[0])
-            assert v is not None
-            by_v.setdefault(v, []).append(c)
-        if self.advance_hook is not None:  # a mutant: posted as changed, unverified
-            self.advance_hook(by_v)
-        else:
-            found = check_advance(by_v, private, self.adv_wrs)
-            if found:
-                raise RecycleError("; ".join(found))
-        qps = self.queues()
-        shift = 32 if self.nic.profile.atomic_byte_order == "big" else 0
-        for v, adv in self.advancers[s].items():
-            for c in by_v.get(v, []):
-                q = qps[c.qp]
-                off = field_layout(q.posted[c.index % q.sq_depth])["wait_index"][0]
-                adv.post_send(WorkRequest(
-                    Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
-                    WqeFlags.SIGNALED, remote_addr=q.wqe_addr(c.index) + off,
-                    rkey=q.sq_mr.rkey, swap_add=c.delta << shift,
-                    wr_id=s << ROLE_BITS | ADVANCE_POSITION))
+        """Post credit slot ``s``'s advancers (:func:`.advance.post_advancers`)."""
+        found = post_advancers(self, s, self.advance_hook)
+        if found:
+            raise RecycleError("; ".join(found))
 
     def _post_segment(self, s: int, scratch_at: int) -> None:
         """Post credit slot ``s``'s recycle segment on the recycler (once)."""

@@ -14,6 +14,7 @@ from kbtpsim.chains.ir import Chain, Role
 from kbtpsim.chains.measure import _requests
 from kbtpsim.chains.plan import _order, lowering_for
 from kbtpsim.chains.v2 import prepare_chain
+from kbtpsim.chains.v2.advance import check_advance
 from kbtpsim.chains.v2.dispatch import (
     DispatchError,
     check_dispatch,
@@ -23,7 +24,7 @@ from kbtpsim.chains.v2.dispatch import (
     split_variants,
 )
 from kbtpsim.chains.v2.lanes import split_lanes
-from kbtpsim.chains.v2.recycle import CountField, check_advance
+from kbtpsim.chains.v2.recycle import CountField
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.profiles import get_profile
 from tests.chains.test_run import DATA, Req, mixed
