@@ -99,13 +99,22 @@ def _with_conditional(flags: WqeFlags) -> WqeFlags:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Sge:
     """A scatter/gather entry: ``length`` bytes at ``addr`` of local STag ``lkey``."""
 
     addr: int
     length: int
     lkey: int
+
+    def __init__(self, addr: int, length: int, lkey: int) -> None:
+        # what the dataclass's __init__ would do, through the slots (_SGE_SET): a frozen
+        # dataclass sets each field through object.__setattr__, and SGEs are many
+        s = _SGE_SET
+        s[0](self, addr)
+        s[1](self, length)
+        s[2](self, lkey)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         if not 0 <= self.length < INLINE_BIT:
@@ -123,7 +132,7 @@ class Condition:
     mask: int = MASK64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class WorkRequest:
     """One send-queue work request, the Python form of a WQE.
 
@@ -151,6 +160,34 @@ class WorkRequest:
     armed: bool = True
     cond: Condition | None = None
     wr_id: int = field(default=0, compare=False)  #: not encoded, not compared
+
+    def __init__(self, opcode: Opcode, sges: tuple[Sge, ...] = (),
+                 flags: WqeFlags = WqeFlags.NONE, remote_addr: int = 0, rkey: int = 0,
+                 imm: int = 0, swap_add: int = 0, compare: int = 0, swap_mask: int = 0,
+                 compare_mask: int = 0, target: int = 0, count: int = 0,
+                 inline_data: bytes | None = None, armed: bool = True,
+                 cond: Condition | None = None, wr_id: int = 0) -> None:
+        # the dataclass's __init__, through the slots (_WR_SET): one WR is built per WQE
+        # posted and per WQE decoded, and a frozen dataclass's generated __init__ sets its
+        # 16 fields through object.__setattr__
+        s = _WR_SET
+        s[0](self, opcode)
+        s[1](self, sges)
+        s[2](self, flags)
+        s[3](self, remote_addr)
+        s[4](self, rkey)
+        s[5](self, imm)
+        s[6](self, swap_add)
+        s[7](self, compare)
+        s[8](self, swap_mask)
+        s[9](self, compare_mask)
+        s[10](self, target)
+        s[11](self, count)
+        s[12](self, inline_data)
+        s[13](self, armed)
+        s[14](self, cond)
+        s[15](self, wr_id)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         opcode = self.opcode
@@ -190,6 +227,11 @@ class Wqe:
 
 
 _SGE_SET = tuple(getattr(Sge, name).__set__ for name in ("addr", "length", "lkey"))
+#: WorkRequest's fields in their order (its __init__'s parameters)
+_WR_FIELDS = ("opcode", "sges", "flags", "remote_addr", "rkey", "imm", "swap_add", "compare",
+              "swap_mask", "compare_mask", "target", "count", "inline_data", "armed", "cond",
+              "wr_id")
+_WR_SET = tuple(getattr(WorkRequest, name).__set__ for name in _WR_FIELDS)
 
 
 def _sge(addr: int, length: int, lkey: int) -> Sge:

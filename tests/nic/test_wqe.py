@@ -132,3 +132,29 @@ def test_field_mask() -> None:
     assert field_mask(3, 1, "little") == 0xFF << 24
     with pytest.raises(ValueError):
         field_mask(6, 4, "big")
+
+
+def test_hand_written_inits_cover_every_field() -> None:
+    """WorkRequest's and Sge's __init__ set their fields through the slots: every field,
+    in the dataclass's order, with its default, and the checks of __post_init__."""
+    import dataclasses
+
+    from kbtpsim.nic.wqe import _WR_FIELDS
+
+    assert tuple(f.name for f in dataclasses.fields(WorkRequest)) == _WR_FIELDS
+    assert tuple(f.name for f in dataclasses.fields(Sge)) == ("addr", "length", "lkey")
+    wr = WorkRequest(Opcode.MASKED_CAS, (Sge(64, 8, 3),), WqeFlags.SIGNALED, 4096, 5, 6, 7,
+                     8, 9, 10, 11, 12, None, False, Condition(1, 2, 3), 99)
+    values = [getattr(wr, name) for name in _WR_FIELDS]
+    assert values[:2] == [Opcode.MASKED_CAS, (Sge(64, 8, 3),)]
+    assert values[2] == WqeFlags.SIGNALED | WqeFlags.CONDITIONAL  # added for the cond
+    assert values[3:] == [4096, 5, 6, 7, 8, 9, 10, 11, 12, None, False, Condition(1, 2, 3), 99]
+    assert dataclasses.replace(wr, rkey=1) == WorkRequest(**{
+        **{name: getattr(wr, name) for name in _WR_FIELDS}, "rkey": 1})
+    default = WorkRequest(Opcode.NOP)
+    assert [getattr(default, f.name) for f in dataclasses.fields(WorkRequest)] == [
+        Opcode.NOP, *(f.default for f in dataclasses.fields(WorkRequest)[1:])]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        wr.rkey = 3  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        Sge(0, 1 << 31, 0)
