@@ -65,37 +65,31 @@ def test_header_conditions_pick_one_variant_per_request() -> None:
     assert dispatched(conds, bytes([2, 0x10, 0, 0x00, 0, 0, 0, 0])) is None  # version 2
 
 
-def test_dispatch_exclusive_rejects_overlapping_conditions() -> None:
+def _findings_with(name: str, **changes: object) -> list[str]:
+    """check_dispatch on the dispatched chain with WR ``name`` changed."""
     chain = _dispatched()
-    a = chain.wr("dispatch_b_store_inline")
-    b = chain.wr("dispatch_b_store_read")
-    chain.graph.nodes[b.name]["wr"] = replace(b, cond=a.cond)
-    found = check_dispatch(chain)
+    chain.graph.nodes[name]["wr"] = replace(chain.wr(name), **changes)  # type: ignore[arg-type]
+    return check_dispatch(chain)
+
+
+def test_dispatch_exclusive_rejects_overlapping_conditions() -> None:
+    same = _dispatched().wr("dispatch_b_store_inline").cond
+    found = _findings_with("dispatch_b_store_read", cond=same)
     assert any(f.startswith("dispatch-exclusive") for f in found), found
 
 
 def test_dispatch_dead_rejects_an_unconditional_connection_wr() -> None:
-    chain = _dispatched()
-    w = chain.wr("load_write")
-    chain.graph.nodes[w.name]["wr"] = replace(w, cond=None)
-    found = check_dispatch(chain)
+    found = _findings_with("load_write", cond=None)
     assert any(f.startswith("dispatch-dead: load_write") for f in found), found
 
 
 def test_dispatch_dead_rejects_a_condition_another_variant_places() -> None:
-    chain = _dispatched()
-    w = chain.wr("load_send")
-    other = chain.wr("sr_send")
-    chain.graph.nodes[w.name]["wr"] = replace(w, cond=other.cond)
-    found = check_dispatch(chain)
+    found = _findings_with("load_send", cond=_dispatched().wr("sr_send").cond)
     assert any(f.startswith("dispatch-dead: load_send") for f in found), found
 
 
 def test_dispatch_private_rejects_a_variant_count_in_the_common_master() -> None:
-    chain = _dispatched()
-    w = chain.wr("wait_load_3")
-    chain.graph.nodes[w.name]["wr"] = replace(w, lane="")
-    found = check_dispatch(chain)
+    found = _findings_with("wait_load_3", lane="")
     assert any(f.startswith("dispatch-private: wait_load_3") for f in found), found
 
 
