@@ -31,7 +31,8 @@ class Event:
 
     time: int
     seq: int
-    kind: str  #: connect, handle, read_slot, read, advance, disconnect, ticket_taken
+    kind: str  #: connect, handle, read_slot, read, advance, disconnect, ticket_taken,
+    #: quiesced
     conn: int | None = None
     data: bytes = b""
     hold: bool = False  #: handle with hold_after_ticket (an allocation's first half)
@@ -42,6 +43,7 @@ class Event:
     variant: str | None = None  #: the chain variant that served it
     credit: int | None = None  #: the chain credit (for the WR timeline)
     token: int | None = None  #: read: the live target's RDMA Read token
+    block: int | None = None  #: quiesced: the Block Offset a free returns now (C13)
 
     def describe(self) -> str:
         who = f"conn {self.conn}" if self.conn is not None else (self.initiator or "-")
@@ -160,6 +162,10 @@ class TargetTap:
 
     def advance(self, now: int) -> list[Effect]:
         return self._tracked("advance", now, lambda: self._t.advance(now))
+
+    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
+        return self._tracked("quiesced", now, lambda: self._t.quiesced(block_offset, now),
+                             block=block_offset)
 
     def ticket_taken(self, initiator: str, ticket: int, now: int) -> None:
         self._t.ticket_taken(initiator, ticket, now)

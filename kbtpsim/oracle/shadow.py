@@ -100,6 +100,9 @@ class Shadow:
                 out = t.complete_read(token, e.data, now)
             elif e.kind == "advance":
                 out = t.advance(now)
+            elif e.kind == "quiesced":  # a free's ring return (C13)
+                assert e.block is not None
+                out = t.quiesced(e.block, now)
             elif e.kind == "disconnect":
                 if e.conn not in t.connections:
                     return

@@ -162,6 +162,13 @@ class ModelTarget:
     def complete_read(self, token: int, data: bytes, now: int) -> list[Effect]:
         return effects(self.model.complete_read(token, data, now))
 
+    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
+        return effects(self.model.quiesced(block_offset, now))
+
+    @property
+    def quiescing(self) -> list[int]:
+        return list(self.model.quiescing)
+
     def advance(self, now: int) -> list[Effect]:
         return effects(self.model.advance(now))
 

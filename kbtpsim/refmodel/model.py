@@ -140,6 +140,10 @@ class RefModel:
         self.waiters: list[dict[str, Any]] = []  # allocations whose slot is not ready
         self.reads: dict[int, dict[str, Any]] = {}  # token -> store waiting for its data
         self.held: dict[int, str] = {}  # blocks taken from a ring, not bound yet
+        # free_quiesce (C13): Block Offset -> the free whose ring return waits for the
+        # caller's ``quiesced`` (draft, "Block Free": the entry first, then the ring)
+        self.quiesce = bool(getattr(c, "free_quiesce", False))
+        self.quiescing: dict[int, dict[str, Any]] = {}
         self._token = 0
         self._pstag = PARTITION_STAG
 
@@ -421,7 +425,11 @@ class RefModel:
             s["bound"].discard(h)
             self.table[h] = [e[0] & ~(VALID | SEALED), next_generation(e[1]), e[2], e[3]]
             p = {"kind": "free", "conn": conn["id"], "s": s, "msg": msg}
-            if self._to_ring(s, e[3], p, out):
+            if self.quiesce:  # step 3 waits until nothing reads the block (C13)
+                self.quiescing[e[3]] = p
+                s["freeing"] += 1  # usage until the FREE completes (T4)
+                conn["wait"] = p
+            elif self._to_ring(s, e[3], p, out):
                 conn["wait"] = p
             else:
                 self._complete(conn["id"], s, msg, Status.OK, self.table[h], out=out)
@@ -577,9 +585,28 @@ class RefModel:
         for h in sorted(s["bound"]):
             e = self.entry(h)
             self.table[h] = [e[0] & ~(VALID | SEALED), next_generation(e[1]), e[2], e[3]]
-            self._to_ring(s, e[3], {"kind": "free", "conn": None, "s": s, "msg": None,
-                                    "release": True}, out)
+            p = {"kind": "free", "conn": None, "s": s, "msg": None, "release": True}
+            if self.quiesce:
+                self.quiescing[e[3]] = p
+                s["freeing"] += 1
+            else:
+                self._to_ring(s, e[3], p, out)
         s["bound"].clear()
+
+    def quiesced(self, bo: int, now: int) -> list[Any]:
+        """free_quiesce (C13): nothing reads block ``bo`` under its old entry any more:
+        return it to the ring (draft, "Block Free" 3) and complete the FREE (4)."""
+        p = self.quiescing.pop(bo)
+        s = p["s"]
+        s["freeing"] -= 1
+        out: list[Any] = []
+        if not self._to_ring(s, bo, p, out) and p["msg"] is not None \
+                and p["conn"] is not None:
+            self.conns[p["conn"]]["wait"] = None
+            self._complete(p["conn"], s, p["msg"], Status.OK, self.entry(p["msg"].handle),
+                           out=out)
+        self._settle(now, out)
+        return out
 
     def _complete(self, cid: int, s: dict[str, Any] | None, msg: Any, status: Status,
                   e: list[int] | None = None, op: str | None = None,
@@ -616,7 +643,7 @@ class RefModel:
     def check_invariant(self) -> None:
         """No block lost or handed out twice (draft, "Free-Block Ring": "With these
         rules ..."), and no initiator over its quota unless it overdrew it."""
-        where: list[int] = list(self.held)
+        where: list[int] = list(self.held) + list(self.quiescing)
         for r in self.rings:
             where += R.ring_blocks(r) + R.deferred_blocks(r)
         for s in self.sess.values():

@@ -347,6 +347,8 @@ class SoftwareTargetServer:
             out = self.target.complete_read(entry[1], entry[2], now)
         elif kind == "advance":
             out = self.target.advance(now)
+        elif kind == "quiesced":  # a free's block may go back to the ring (C13)
+            out = self.target.quiesced(entry[1], now)
         elif kind == "disconnect":
             out = self.target.disconnect(entry[1], now)
         elif kind == "observe":
@@ -642,6 +644,8 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
             out += note(ref.complete_read(tokens.get(entry[1], entry[1]), entry[2], now))
         elif kind == "advance":
             out += note(ref.advance(now))
+        elif kind == "quiesced":
+            out += note(ref.quiesced(entry[1], now))
         elif kind == "fetch_add" and entry[1] in ref.connections:
             # a ticket noticed after its session ended is not replayed
             sess = ref.connections[entry[1]].initiator

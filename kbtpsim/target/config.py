@@ -112,6 +112,10 @@ class TargetConfig:
     #: of the initiators (None: from the lowest to the end of the highest range). NIC
     #: chains want an aligned power-of-two block (kbtpsim.chains.server)
     table_range: tuple[int, int] | None = None
+    #: a FREE (and a RELEASE or retention expiry) returns its block to the ring only when
+    #: the caller reports, with ``Target.quiesced``, that nothing still reads the block
+    #: under the old entry (NIC chains that read an entry, then the block: decision C13)
+    free_quiesce: bool = False
     #: blocks of DIRECT_ALLOC partitions (computed; not a parameter)
     partition_blocks: int = field(init=False, default=0)
 

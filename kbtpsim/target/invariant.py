@@ -39,6 +39,8 @@ def check_invariant(target: Target) -> None:
             put(block, f"a slot of ring {ring.name}")
         for block in ring.deferred_blocks():
             put(block, f"a deferred free on ring {ring.name}")
+    for block in target.quiescing:
+        put(block, "a free waiting for quiescence (C13)")
     for block, owner in target.held_blocks.items():
         put(block, f"an outstanding ticket of {owner}")
     owner_of: dict[int, str] = {}

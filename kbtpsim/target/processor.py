@@ -194,6 +194,9 @@ class Target(Validation, DirectAccess):
         self._reads: dict[int, _Read] = {}
         self._frees: dict[tuple[str, int], _Free] = {}
         self._done_frees: list[_Free] = []
+        #: free_quiesce (C13): block -> the free that unbound it, its ring write waiting
+        #: for ``quiesced``
+        self._quiescing: dict[int, _Free] = {}
         #: blocks taken from a ring and not yet bound (outstanding tickets' blocks)
         self.held_blocks: dict[int, str] = {}
         #: exceptions that escaped an operation and were answered with INTERNAL
@@ -361,6 +364,7 @@ class Target(Validation, DirectAccess):
             ),
             tuple(sorted(self.held_blocks.items())),
             len(self._waiters), len(self._reads), len(self._frees),
+            tuple(self._quiescing),
         )
 
     def ring_of(self, block_offset: int) -> FreeRing:
@@ -667,6 +671,9 @@ class Target(Validation, DirectAccess):
         new_entry = self.table.unbind(msg.handle)
         sess.bound.discard(msg.handle)
         pending = _Free(conn.connection_id, sess, msg, new_entry)
+        if self.config.free_quiesce:  # draft "Block Free" 3 waits for quiescence (C13)
+            self._park(sess, entry.block_offset, pending)
+            return True
         if self._free_block(sess, entry.block_offset, pending):
             return True
         self._complete(conn.connection_id, sess, msg, Status.OK, new_entry, out)
@@ -769,8 +776,40 @@ class Target(Validation, DirectAccess):
         for handle in sorted(sess.bound):
             entry = self.table.get(handle)
             self.table.unbind(handle)
-            self._free_block(sess, entry.block_offset, None)
+            if self.config.free_quiesce:
+                self._park(sess, entry.block_offset, _Free(None, sess, None, None))
+            else:
+                self._free_block(sess, entry.block_offset, None)
         sess.bound.clear()
+
+    def _park(self, sess: InitiatorState, block: int, pending: _Free) -> None:
+        """free_quiesce: the entry is unbound; the block waits for :meth:`quiesced`
+        (usage until then, as a deferred free's)."""
+        sess.freeing += 1
+        self._quiescing[block] = pending
+
+    @property
+    def quiescing(self) -> list[int]:
+        """free_quiesce: blocks unbound by a free whose ring write waits for
+        :meth:`quiesced`, oldest first."""
+        return list(self._quiescing)
+
+    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
+        """free_quiesce (decision C13): nothing reads ``block_offset`` under the entry
+        its free unbound any more. Return it to its ring (draft, "Block Free" 3: cleared
+        first if need be; the slot write deferred while the slot is unconsumed) and
+        complete the FREE (4) if its connection is still there."""
+        pending = self._quiescing.pop(block_offset, None)
+        if pending is None:
+            raise ValueError(f"block 0x{block_offset:x} does not wait for quiescence")
+        pending.sess.freeing -= 1
+        out: list[Effect] = []
+        deferred = self._free_block(pending.sess, block_offset,
+                                    pending if pending.msg is not None else None)
+        if not deferred and pending.msg is not None and pending.conn_id is not None:
+            self._done_frees.append(pending)
+        self._pump(now, out)
+        return out
 
     def _end_session(self, sess: InitiatorState, now: int, release: bool,
                      out: list[Effect], invalidate: bool) -> None:
@@ -795,7 +834,7 @@ class Target(Validation, DirectAccess):
                     sess.tickets -= 1
                     self._free_block(sess, read.block, None, clear=False)
         self._done_frees = [f for f in self._done_frees if f.conn_id != conn_id]
-        for pending in self._frees.values():
+        for pending in [*self._frees.values(), *self._quiescing.values()]:
             if pending.conn_id == conn_id:
                 pending.conn_id, pending.msg = None, None
         if release:

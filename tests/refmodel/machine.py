@@ -10,6 +10,8 @@ step :class:`~tests.refmodel.pair.Pair` compares every effect and the whole stat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -50,6 +52,9 @@ def configs() -> list[TargetConfig]:
     out.append(TargetConfig(blocks=6, block_size=16, max_inline=16, initiators=one,
                             ring_slots=8, first_block=3, ticket_timeout_ms=2, retention_ms=1,
                             table_range=(0x8, 0x20)))
+    # free_quiesce (decision C13): frees wait for the `quiesced` rule
+    out.append(replace(out[0], free_quiesce=True))
+    out.append(replace(out[4], free_quiesce=True))
     return out
 
 
@@ -244,6 +249,12 @@ class Differential(RuleBasedStateMachine):
         conn = self.pair.model.model.conns.get(c) if c is not None else None
         if conn and conn["wait"] and conn["wait"].get("held"):
             self.pair.call("read_slot", c, self.now)
+
+    @precondition(lambda self: self.pair.target.quiescing)
+    @rule(data=st.data())
+    def quiesced(self, data: st.DataObject) -> None:
+        block = data.draw(st.sampled_from(self.pair.target.quiescing))
+        self.pair.call("quiesced", block, self.now)
 
     @rule(dt=st.sampled_from(DTS), to_deadline=st.booleans())
     def advance(self, dt: int, to_deadline: bool) -> None:

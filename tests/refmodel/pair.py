@@ -125,6 +125,7 @@ class Pair:
                 same(f"{name} partition STag", a.direct.partition_stag,
                      b.direct.partition_stag)
         same("held blocks", dict(t.held_blocks), m.held_blocks)
+        same("quiescing", t.quiescing, m.quiescing)
         same("counters", t.counters.snapshot(), m.counters.snapshot())
         same("next deadline", t.next_deadline(), m.next_deadline())
         same("connections", {c: v.addr_le for c, v in t.connections.items()},
