@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.target.harness import BS, OK, completions, ini, make
 from kbtpsim.wire import Status
+from tests.target.harness import BS, OK, completions, ini, make
 
 
 def _setup(**kw):
@@ -37,7 +37,7 @@ def test_free_waits_for_quiesced_then_returns_and_completes() -> None:
 
 
 def test_other_connections_are_not_held_back() -> None:
-    target, c = _setup()
+    _, c = _setup()
     completions(c["a"].alloc_store(0x4000, b"x" * 64))
     completions(c["a"].free(0x4000))
     (done,) = completions(c["b"].alloc_store(0x5000, b"y" * 64))
