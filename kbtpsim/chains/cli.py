@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from kbtpsim.chains.compiler import OPERATIONS, VARIANTS
+from kbtpsim.chains.compiler import OPERATIONS, VARIANTS, Geometry
 from kbtpsim.chains.plan import decide, decide_op
 from kbtpsim.chains.render import draw, explain, show
 from kbtpsim.chains.replay import replay_chain_main
@@ -94,13 +94,18 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
     return out, lines
 
 
+def _decide(op: str, args: argparse.Namespace, profile: Any) -> Any:
+    """The variant's decision; chains v2's LOAD has no entry re-read (decision C13)."""
+    return decide(_variant(op, args.inline), profile, args.addr_le,
+                  Geometry(seqlock=args.chains != "v2"))
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     got = _args(args)
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    d, extra = _v2(decide(_variant(op, args.inline), profile, args.addr_le), profile,
-                   args.addr_le, args.chains)
+    d, extra = _v2(_decide(op, args, profile), profile, args.addr_le, args.chains)
     print(show(d))
     for line in extra:
         print(line)
@@ -118,8 +123,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    d, _ = _v2(decide(_variant(op, args.inline), profile, args.addr_le), profile,
-               args.addr_le, args.chains)
+    d, _ = _v2(_decide(op, args, profile), profile, args.addr_le, args.chains)
     title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
     try:
@@ -135,7 +139,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    print(explain(decide_op(op, profile, args.addr_le)))
+    print(explain(decide_op(op, profile, args.addr_le, Geometry(seqlock=args.chains != "v2"))))
     if args.chains == "v2":
         from kbtpsim.chains.v2 import recycle_blockers
 

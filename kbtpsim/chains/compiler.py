@@ -91,6 +91,9 @@ class Geometry:
     load_block: tuple[int, int] = (0x4000, 8)  #: handles this connection may LOAD
     own_block: tuple[int, int] = (0x4000, 4)  #: handles this connection may store to
     ring_slots: int = 8  #: N, slots of the ring the connection allocates from
+    #: a LOAD re-reads the entry after the data (decision O3); False where the target
+    #: returns a freed block only once no chain can still read it (chains v2, C13)
+    seqlock: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,11 +496,15 @@ class _Builder:
                     "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
             gather=(Read("pool", bs, (), "the block"),), cond=self.armed(v, n),
             remote_kind="initiator", note="RDMA Write of the block to the initiator"))
-        self._load_recheck(v, n)
-        self._completion(v, "load_send", 7, Read("buf:w+4", 4, ("read_entry",),
-                                                 "entry Data Length"),
+        if self.geo.seqlock:
+            self._load_recheck(v, n)
+        # without the re-read the COMPLETION follows the data Write in the same step, on
+        # the same QP: its delivery implies the data's (draft, "Completion"; RFC 5040)
+        send_step = 7 if self.geo.seqlock else 4
+        self._completion(v, "load_send", send_step, Read("buf:w+4", 4, ("read_entry",),
+                                                         "entry Data Length"),
                          "buf:bo", ("read_entry",))
-        self._commit(v, 8)
+        self._commit(v, send_step + 1)
 
     def _load_recheck(self, v: Variant, slot: int) -> None:
         """Seqlock (decision O3): after the data Write completed (the block has been read),

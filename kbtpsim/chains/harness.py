@@ -105,7 +105,13 @@ class Harness:
                                                counter_byte_order=counters)
         self.layout = ChainLayout.of(self.target_layout, self.config)
         table_key, pool_key = self.layout.register(self.tnic)
-        self.plan = plan_connection(prof, self.config, self.layout, "A", variants)
+        # chains v2's LOADs do not re-read the entry (decision C13): the target must not
+        # return a freed block while a chain may still read it. Here the one chain
+        # connection is the one that frees (others are served by the CPU, synchronously),
+        # so a FREE's block has no chain reader left: it returns at once, as a quiescing
+        # target does with nothing in flight
+        self.plan = plan_connection(prof, self.config, self.layout, "A", variants,
+                                    seqlock=chains != "v2")
         ring = None
         if any(v.startswith("alloc") for v in self.plan.offloaded):
             ring = register_ring(self.tnic, self.target_layout.rings[0])

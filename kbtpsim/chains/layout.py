@@ -101,8 +101,9 @@ class ChainLayout:
     def block_addr(self, block_offset: int) -> int:
         return self.pool_addr + block_offset
 
-    def geometry(self, config: TargetConfig, initiator: str) -> Geometry:
-        """The constants of a connection's chains (handle blocks, sizes)."""
+    def geometry(self, config: TargetConfig, initiator: str, seqlock: bool = True) -> Geometry:
+        """The constants of a connection's chains (handle blocks, sizes); ``seqlock``:
+        LOADs re-read the entry (O3), else the target quiesces frees (C13)."""
         ini = next(i for i in config.initiators if i.name == initiator)
         own = aligned_block(ini.handle_base, ini.handle_base + ini.handle_count)
         lo, hi = self.table_base, self.table_base + self.table_count
@@ -125,7 +126,8 @@ class ChainLayout:
         table = enclosing_block(load, lo, hi)
         return Geometry(
             block_size=config.block_size, max_inline=config.max_inline,
-            table_block=table, load_block=load, own_block=own, ring_slots=self.ring_slots)
+            table_block=table, load_block=load, own_block=own, ring_slots=self.ring_slots,
+            seqlock=seqlock)
 
     def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
         """The table's strided key (None without ``strided_keys``) and the pool region

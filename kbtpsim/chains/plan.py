@@ -101,12 +101,13 @@ class ConnectionPlan:
 
 
 def plan_connection(profile: NicProfile, config: TargetConfig, layout: ChainLayout,
-                    initiator: str, variants: tuple[str, ...] | None = None
-                    ) -> ConnectionPlan:
+                    initiator: str, variants: tuple[str, ...] | None = None,
+                    seqlock: bool = True) -> ConnectionPlan:
     """Verify each variant for this connection's geometry; build the chain of the sound
     ones (with none, the chain is the dispatch prefix alone: every request goes to the
-    CPU)."""
-    geo = layout.geometry(config, initiator)
+    CPU). ``seqlock=False``: LOADs without the entry re-read, for a target that
+    quiesces frees (decision C13)."""
+    geo = layout.geometry(config, initiator, seqlock)
     wanted = tuple(VARIANTS) if variants is None else variants
     ok: list[str] = []
     software: dict[str, list[str]] = {}

@@ -152,8 +152,17 @@ class OffloadedTargetServer(SoftwareTargetServer):
                  profile: str | NicProfile = "ideal-be", refill_batch: int = 1,
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
-                 chains: str = "v1", **kw: Any) -> None:
+                 chains: str = "v1", quiesce_frees: bool | None = None,
+                 **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
+        # chains v2's LOADs do not re-read the entry: a freed block goes back to the ring
+        # only once no chain may still read it (decision C13). ``quiesce_frees=False``
+        # with v2 is a deliberate bug (the mutant v2-no-quiesce)
+        quiesce = chains == "v2" if quiesce_frees is None else quiesce_frees
+        if config.free_quiesce != quiesce:
+            config = replace(config, free_quiesce=quiesce)
+        #: LOADs re-read the entry after the data (O3): v1; v2 relies on C13
+        self.seqlock = chains != "v2"
         if addr_le is None:
             addr_le = prof.wqe_field_byte_order == "little"
         if config.addr_le != addr_le:
@@ -207,6 +216,12 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self._early_reasons: dict[tuple[int, int], str] = {}
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
         self.log_tickets: dict[int, int] = {}
+        #: free_quiesce (C13): block -> {connection: credits it must have finished}
+        self._grace: dict[int, dict[int, int]] = {}
+        #: frees whose block waited for another connection's chain, and the total wait
+        self.quiesce_waits = 0
+        self.quiesce_wait_ps = 0
+        self._parked_at: dict[int, int] = {}
         super().__init__(sim, config, profile=prof, **kw)
         assert self.layout is not None
         self.chain_layout = ChainLayout.of(self.layout, self.config)
@@ -234,7 +249,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
             plan = plan_connection(
                 self.nic.profile, self.config, self.chain_layout,
                 initiator if ini is not None else self.config.initiators[0].name,
-                tuple(wanted))
+                tuple(wanted), seqlock=self.seqlock)
             for v in VARIANTS:  # nothing left out silently: say why
                 if v in wanted or v in plan.software:
                     continue
@@ -360,7 +375,53 @@ class OffloadedTargetServer(SoftwareTargetServer):
         out = super()._call(entry, now)
         if self.target.shared_ring.head_ticket != head:  # the call took a ticket
             self._log_ticket(head)
+        if self.config.free_quiesce:
+            out = out + self._quiesce(now)
         self._kick()  # a target call may let another connection's held credit go
+        return out
+
+    # ================================================================ quiescence (C13)
+    def _grace_marks(self) -> dict[int, int]:
+        """For each chain connection, the credits that must have finished before a block
+        unbound now may go back to the ring: the one that may be running (past its
+        gate, its request received) and every earlier one. A later credit's chain reads
+        the entry after the unbind, so it sees the free. The CPU reads both counts from
+        the receive and gate CQs it polls."""
+        marks: dict[int, int] = {}
+        for cid, cc in self._chain_conns.items():
+            cs = cc.chains
+            if cs.software:
+                continue
+            need = min(cs.recv_cq.count, cs.gate_cq.count + 1)
+            if cs.finished < need:
+                marks[cid] = need
+        return marks
+
+    def _grace_passed(self, marks: dict[int, int]) -> bool:
+        for cid, need in marks.items():
+            cc = self._chain_conns.get(cid)
+            if cc is None:
+                continue
+            cs = cc.chains
+            if cs.finished < need and not (cs.failed_at is not None and cs.drained()):
+                return False
+        return True
+
+    def _quiesce(self, now: int) -> list[Effect]:
+        """Give every parked free's block back to the target whose grace has passed
+        (``Target.quiesced``, logged); new parked blocks get their marks first."""
+        out: list[Effect] = []
+        for block in self.target.quiescing:
+            if block not in self._grace:
+                self._grace[block] = self._grace_marks()
+                self._parked_at[block] = now
+        for block in list(self._grace):
+            if self._grace_passed(self._grace[block]):
+                if self._grace.pop(block):
+                    self.quiesce_waits += 1
+                    self.quiesce_wait_ps += now - self._parked_at[block]
+                del self._parked_at[block]
+                out += SoftwareTargetServer._call(self, ("quiesced", block), now)
         return out
 
     def _log_ticket(self, ticket: int) -> None:
@@ -567,6 +628,11 @@ class OffloadedTargetServer(SoftwareTargetServer):
             effects = self.target.poll_waiting(int(self.env.now))
             if effects:
                 yield from self.carry_out(effects, "ALLOC_STORE")
+        if self._grace:  # frees waiting for chains of other connections (C13)
+            yield from cpu.spend("FREE", cpu.poll_ps)
+            effects = self._quiesce(int(self.env.now))
+            if effects:
+                yield from self.carry_out(effects, "FREE")
         # only the connection's own CPU process releases its gates; another connection's
         # pass that freed it (a deferred FREE performed, a slot written) kicks it instead
         self._release_done(cc)

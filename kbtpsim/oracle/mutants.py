@@ -11,8 +11,10 @@ the plan). :func:`static_findings` says in addition whether the verifier
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kbtpsim.chains.compiler import VARIANTS, build_chain
 from kbtpsim.chains.ir import Addr, Chain, Const, Read, Role, WrTemplate
@@ -21,6 +23,7 @@ from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
 from kbtpsim.oracle.faults import Faults
+from kbtpsim.oracle.interleaving import run_load_during_free
 from kbtpsim.oracle.node import V2Mutation
 
 
@@ -321,11 +324,23 @@ class Mutant:
     profile: str = "ideal-be"
     faults: Faults = field(default_factory=Faults)
     chains: str = "v1"  #: the chains it runs with (v2 mutants change v2's machinery)
+    #: a scripted interleaving that catches it instead of a random campaign: called as
+    #: (seed, profile, transform, observe) -> divergences (kbtpsim.oracle.interleaving)
+    scenario: Callable[..., list[Any]] | None = None
 
     def spec(self, seed: int, ops: int | None = None, profile: str | None = None) -> Spec:
         return Spec(seed=seed, profile=profile or self.profile,
                     ops=self.ops if ops is None else ops, mix=self.mix, phases=2,
                     faults=self.faults, mutant=self.name, chains=self.chains)
+
+
+def _load_during_free(seed: int, profile: str, transform: Any,
+                      observe: dict[str, Any]) -> list[Any]:
+    """B's LOAD chain delayed between its entry Read and its data Write while A frees the
+    handle and stores other data into the same block (a pool of one block): random
+    campaigns (24 blocks, a FIFO ring) rarely reuse a freed block that fast."""
+    return run_load_during_free(profile, seed, observe=observe, chains="v2",
+                                transform=transform)
 
 
 CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
@@ -368,6 +383,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-stale-count", V2Mutation(v2_stale_count), "chains v2: the WAITs on the "
            "gate's, the slot's and the connection's CQs are not advanced between rounds",
            mix="valid", chains="v2"),
+    Mutant("v2-no-quiesce", V2Mutation(quiesce=False), "chains v2: a FREE returns its "
+           "block to the ring at once, while another connection's LOAD chain, which does "
+           "not re-read the entry, may still read the block (decision C13)",
+           chains="v2", scenario=_load_during_free),
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),
@@ -379,6 +398,8 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
     (empty: the verifier would not have caught it); for a v2 mutant, the recycle rules'
     findings on a slot's mutated recycle plan."""
     prof = resolve_profile(profile)
+    if isinstance(m.transform, V2Mutation) and not m.transform.quiesce:
+        return []  # a bug of the server's free path: no chain or plan changes
     if isinstance(m.transform, V2Mutation):
         from kbtpsim.chains.harness import Harness
         from kbtpsim.chains.v2.recycle import check_recycle, own_counts
@@ -443,14 +464,24 @@ class Outcome:
                 "requests": self.result.requests, "seed": self.result.spec.seed,
                 "profile": self.result.spec.profile, "mix": self.result.spec.mix,
                 "verifier": self.static or None, "wall_s": round(self.result.wall_s, 2),
-                "replay": self.result.spec.replay()}
+                "replay": self.result.spec.replay() if self.mutant.scenario is None
+                else f"kbtpsim mutants --only {self.mutant.name} --seed {self.result.spec.seed}"}
 
 
 def run_mutant(m: Mutant, seed: int = 1, ops: int | None = None,
                profile: str | None = None) -> Outcome:
     """Run ``m``'s campaign with the mutant in every connection's chain."""
     spec = m.spec(seed, ops, profile)
-    result = run_campaign(spec, m.transform)
+    if m.scenario is not None:
+        start = time.perf_counter()
+        seen: dict[str, Any] = {}
+        divs = m.scenario(spec.seed, spec.profile, m.transform, seen)
+        served = seen["server"].served if "server" in seen else {}
+        result = Result(spec, resolve_profile(spec.profile).wqe_field_byte_order == "little",
+                        divs, requests=sum(sum(c.values()) for c in served.values()),
+                        wall_s=time.perf_counter() - start)
+    else:
+        result = run_campaign(spec, m.transform)
     try:
         static = static_findings(m, spec.profile)
     except MutantNotApplicable:

@@ -42,11 +42,14 @@ class V2Mutation:
     itself is left as it is)."""
 
     def __init__(self, recycle: Callable[[RecyclePlan], None] | None = None,
-                 advance: Callable[[dict[str, list[CountField]]], None] | None = None
-                 ) -> None:
+                 advance: Callable[[dict[str, list[CountField]]], None] | None = None,
+                 quiesce: bool = True) -> None:
         self.recycle = recycle
         #: per-operation dispatch: changes every slot's advancers (counts by variant)
         self.advance = advance
+        #: False: frees return their block at once although v2's LOADs do not re-read
+        #: the entry (decision C13 broken)
+        self.quiesce = quiesce
 
     def __call__(self, chain: Chain) -> None:
         return None
@@ -119,6 +122,8 @@ class ObservedServer(OffloadedTargetServer):
         #: called after each target call that wrote a ring slot at a free's Tail ticket:
         #: (slot address, octets before, octets after) (the slot-write fault)
         self.slot_write_hook: Callable[[int, bytes, bytes], None] | None = None
+        if isinstance(chain_transform, V2Mutation) and not chain_transform.quiesce:
+            kw["quiesce_frees"] = False
         super().__init__(sim, config, **kw)
         self.verify_chains = chain_transform is None  # mutants run unverified (O4)
         if isinstance(chain_transform, V2Mutation):

@@ -78,6 +78,32 @@ def test_rdmap_placement_at_the_target_keeps_everything_on_the_cpu() -> None:
     assert res.offloaded == () and res.nic_served == 0 and res.cpu_served > 0
 
 
+@pytest.mark.parametrize("profile", ["ideal-be", "cx5"])
+def test_v2_load_racing_a_free_holds_the_block_back(profile: str) -> None:
+    """C13: chains v2's LOAD does not re-read the entry; the FREE's block goes back to
+    the ring only once the other connection's LOAD chain (delayed 100 us between its
+    entry Read and its data Write) has finished: B gets the old contents with OK from
+    the NIC, and A's next store gets the block only then."""
+    seen: dict[str, object] = {}
+    divs = run_load_during_free(profile, observe=seen, chains="v2")
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    res = seen["load"]
+    assert res.completion.status == Status.OK  # type: ignore[attr-defined]
+    server = seen["server"]
+    assert server.served["LOAD"] == {"nic": 1, "cpu": 0}  # type: ignore[attr-defined]
+    assert server.quiesce_waits == 1  # type: ignore[attr-defined]
+    assert server.quiesce_wait_ps > 50_000_000  # type: ignore[attr-defined]
+
+
+def test_v2_without_quiescence_delivers_the_new_contents() -> None:
+    """The same interleaving with the block returned at once (mutant v2-no-quiesce):
+    the oracle sees B's buffer hold A's new data."""
+    from kbtpsim.oracle.node import V2Mutation
+
+    divs = run_load_during_free("ideal-be", chains="v2", transform=V2Mutation(quiesce=False))
+    assert [d.kind for d in divs][:1] == ["load-data"]
+
+
 @pytest.mark.parametrize("profile", ["ideal", "ideal-be", "cx5"])
 def test_chain_load_racing_a_free_and_reallocation(profile: str) -> None:
     """O3 (fixed): a chain's LOAD reads the entry and the block at different times; a FREE

@@ -31,6 +31,8 @@ KINDS = {
     "v2-stale-count": {"connection", "completion", "missing", "load-data"},
     # chains v2 with dispatch: a variant's own re-arming (its advancer)
     "v2-dispatch-stale-advance": {"connection", "completion", "missing", "load-data"},
+    # chains v2: a FREE's block back in the ring while a LOAD chain still reads it (C13)
+    "v2-no-quiesce": {"load-data"},
 }
 
 
