@@ -44,6 +44,7 @@ from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
+from kbtpsim.chains.quiesce import FreeQuiescence
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain, recycle_blockers
 from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
@@ -137,7 +138,7 @@ class _ChainConn:
     checked: int = -1
 
 
-class OffloadedTargetServer(SoftwareTargetServer):
+class OffloadedTargetServer(FreeQuiescence, SoftwareTargetServer):
     """A KBTP target whose NIC runs the chains (see the module docstring).
 
     Arguments as :class:`SoftwareTargetServer`, plus ``refill_batch`` (re-post finished
@@ -216,12 +217,7 @@ class OffloadedTargetServer(SoftwareTargetServer):
         self._early_reasons: dict[tuple[int, int], str] = {}
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
         self.log_tickets: dict[int, int] = {}
-        #: free_quiesce (C13): block -> {connection: credits it must have finished}
-        self._grace: dict[int, dict[int, int]] = {}
-        #: frees whose block waited for another connection's chain, and the total wait
-        self.quiesce_waits = 0
-        self.quiesce_wait_ps = 0
-        self._parked_at: dict[int, int] = {}
+        self._init_quiescence()
         super().__init__(sim, config, profile=prof, **kw)
         assert self.layout is not None
         self.chain_layout = ChainLayout.of(self.layout, self.config)
@@ -378,50 +374,6 @@ class OffloadedTargetServer(SoftwareTargetServer):
         if self.config.free_quiesce:
             out = out + self._quiesce(now)
         self._kick()  # a target call may let another connection's held credit go
-        return out
-
-    # ================================================================ quiescence (C13)
-    def _grace_marks(self) -> dict[int, int]:
-        """For each chain connection, the credits that must have finished before a block
-        unbound now may go back to the ring: the one that may be running (past its
-        gate, its request received) and every earlier one. A later credit's chain reads
-        the entry after the unbind, so it sees the free. The CPU reads both counts from
-        the receive and gate CQs it polls."""
-        marks: dict[int, int] = {}
-        for cid, cc in self._chain_conns.items():
-            cs = cc.chains
-            if cs.software:
-                continue
-            need = min(cs.recv_cq.count, cs.gate_cq.count + 1)
-            if cs.finished < need:
-                marks[cid] = need
-        return marks
-
-    def _grace_passed(self, marks: dict[int, int]) -> bool:
-        for cid, need in marks.items():
-            cc = self._chain_conns.get(cid)
-            if cc is None:
-                continue
-            cs = cc.chains
-            if cs.finished < need and not (cs.failed_at is not None and cs.drained()):
-                return False
-        return True
-
-    def _quiesce(self, now: int) -> list[Effect]:
-        """Give every parked free's block back to the target whose grace has passed
-        (``Target.quiesced``, logged); new parked blocks get their marks first."""
-        out: list[Effect] = []
-        for block in self.target.quiescing:
-            if block not in self._grace:
-                self._grace[block] = self._grace_marks()
-                self._parked_at[block] = now
-        for block in list(self._grace):
-            if self._grace_passed(self._grace[block]):
-                if self._grace.pop(block):
-                    self.quiesce_waits += 1
-                    self.quiesce_wait_ps += now - self._parked_at[block]
-                del self._parked_at[block]
-                out += SoftwareTargetServer._call(self, ("quiesced", block), now)
         return out
 
     def _log_ticket(self, ticket: int) -> None:

@@ -1,0 +1,89 @@
+"""Frees quiesced against the NIC's LOAD chains (decision C13).
+
+Chains v2's LOAD reads the table entry, then (two steps later) the block, and does not
+re-read the entry (decision O3's seqlock costs two steps and the data Write's
+acknowledgement). A FREE of the handle on another connection, and a re-allocation of the
+block, in between would let the chain deliver the block's new contents under the old
+Generation. So the target returns a freed block to the ring only once no chain can
+still read it under the old entry (``TargetConfig.free_quiesce``): the FREE clears the
+entry at once (draft, "Block Free" 2), then waits; :class:`FreeQuiescence` tells the
+target (``Target.quiesced``) when every other connection's credit that may have read the
+entry before the unbind has finished, and the FREE then takes its Tail ticket, writes
+its slot and completes (3, 4). A LOAD that read the entry before the unbind is
+linearised before the FREE and delivers the old contents; one that reads it after sees
+the FREE. The draft lets a free wait (it already waits for an unconsumed slot); only
+FREE latency pays, and only while another connection has a request in its chain.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kbtpsim.system.server import SoftwareTargetServer
+from kbtpsim.target import Effect
+
+if TYPE_CHECKING:
+    from kbtpsim.chains.server import _ChainConn
+
+
+class FreeQuiescence:
+    """Mixed into :class:`~kbtpsim.chains.server.OffloadedTargetServer`: the grace marks
+    of parked frees and their release (``_quiesce``, called after every target call and
+    in every CPU pass while a free waits)."""
+
+    _chain_conns: dict[int, _ChainConn]
+    target: Any
+
+    def _init_quiescence(self) -> None:
+        #: block -> {connection: credits it must have finished}
+        self._grace: dict[int, dict[int, int]] = {}
+        #: frees whose block waited for another connection's chain, and the total wait
+        self.quiesce_waits = 0
+        self.quiesce_wait_ps = 0
+        self._parked_at: dict[int, int] = {}
+
+    def _grace_marks(self) -> dict[int, int]:
+        """For each chain connection, the credits that must have finished before a block
+        unbound now may go back to the ring: the one that may be running (past its
+        gate, its request received) and every earlier one. A later credit's chain reads
+        the entry after the unbind, so it sees the free. The CPU reads both counts from
+        the receive and gate CQs it polls."""
+        marks: dict[int, int] = {}
+        for cid, cc in self._chain_conns.items():
+            cs = cc.chains
+            if cs.software:
+                continue
+            need = min(cs.recv_cq.count, cs.gate_cq.count + 1)
+            if cs.finished < need:
+                marks[cid] = need
+        return marks
+
+    def _grace_passed(self, marks: dict[int, int]) -> bool:
+        for cid, need in marks.items():
+            cc = self._chain_conns.get(cid)
+            if cc is None:
+                continue
+            cs = cc.chains
+            if cs.finished < need and not (cs.failed_at is not None and cs.drained()):
+                return False
+        return True
+
+    def _quiesce(self, now: int) -> list[Effect]:
+        """Give every parked free's block back to the target whose grace has passed
+        (``Target.quiesced``, logged); new parked blocks get their marks first."""
+        out: list[Effect] = []
+        for block in self.target.quiescing:
+            if block not in self._grace:
+                self._grace[block] = self._grace_marks()
+                self._parked_at[block] = now
+        for block in list(self._grace):
+            if self._grace_passed(self._grace[block]):
+                if self._grace.pop(block):
+                    self.quiesce_waits += 1
+                    self.quiesce_wait_ps += now - self._parked_at[block]
+                del self._parked_at[block]
+                out += SoftwareTargetServer._call(self, ("quiesced", block), now)  # type: ignore[arg-type]
+        return out
+
+
+__all__ = ["FreeQuiescence"]
