@@ -21,9 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from kbtpsim.system.server import SoftwareTargetServer
 from kbtpsim.target import Effect
+from kbtpsim.wire import Opcode
 
 if TYPE_CHECKING:
     from kbtpsim.chains.server import _ChainConn
+
+
+#: opcodes whose chains read or write a bound block under its entry (LOAD, STORE)
+READS_BLOCKS = frozenset({Opcode.LOAD, Opcode.STORE})
 
 
 class FreeQuiescence:
@@ -44,18 +49,25 @@ class FreeQuiescence:
 
     def _grace_marks(self) -> dict[int, int]:
         """For each chain connection, the credits that must have finished before a block
-        unbound now may go back to the ring: the one that may be running (past its
-        gate, its request received) and every earlier one. A later credit's chain reads
-        the entry after the unbind, so it sees the free. The CPU reads both counts from
-        the receive and gate CQs it polls."""
+        unbound now may go back to the ring. Credits run one at a time past the gate:
+        those before the gate's count have ended, a later one reads the entry after the
+        unbind and sees the free; so only the running one (the gate's count, if its
+        request has arrived) matters, and only if it is a LOAD or STORE (an ALLOC_STORE
+        reads no bound block, and the freed block is not in the ring). The CPU reads the
+        receive and gate CQ counts it polls and the request's opcode octet."""
         marks: dict[int, int] = {}
         for cid, cc in self._chain_conns.items():
             cs = cc.chains
             if cs.software:
                 continue
-            need = min(cs.recv_cq.count, cs.gate_cq.count + 1)
-            if cs.finished < need:
-                marks[cid] = need
+            running = cs.gate_cq.count
+            if cs.recv_cq.count <= running or cs.finished > running:
+                continue  # nothing in a chain, or the CPU has seen it end
+            cr = cs.live.get(running)
+            if cr is not None and cs.nic.host.memory.read(cr.bufs["hdr"] + 1, 1)[0] \
+                    not in READS_BLOCKS:
+                continue
+            marks[cid] = running + 1
         return marks
 
     def _grace_passed(self, marks: dict[int, int]) -> bool:

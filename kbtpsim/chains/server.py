@@ -580,7 +580,7 @@ class OffloadedTargetServer(FreeQuiescence, SoftwareTargetServer):
             effects = self.target.poll_waiting(int(self.env.now))
             if effects:
                 yield from self.carry_out(effects, "ALLOC_STORE")
-        if self._grace:  # frees waiting for chains of other connections (C13)
+        if self._grace and finished:  # frees waiting for chains that may have ended (C13)
             yield from cpu.spend("FREE", cpu.poll_ps)
             effects = self._quiesce(int(self.env.now))
             if effects:
