@@ -61,11 +61,12 @@ class LinkDirection:
         twin.wire = self.wire
         return twin
 
-    def send(self, pkt: Any, deliver: Callable[[Any], None]) -> None:
-        """Queue ``pkt``; ``deliver(pkt)`` is called when it arrives at the far end."""
+    def send(self, pkt: Any, deliver: Callable[[Any], None], at: int | None = None) -> None:
+        """Queue ``pkt`` (at time ``at``, default now: the fast fidelity books a burst's
+        packets ahead); ``deliver(pkt)`` is called when it arrives at the far end."""
         env = self.env
         busy = self.wire_ps(pkt.wire_len)
-        left = self.wire.reserve(busy, pkt)
+        left = self.wire.reserve(busy, pkt, at)
         if TAPS:
             tap = TAPS.get(env)
             if tap is not None:

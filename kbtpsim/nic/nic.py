@@ -59,6 +59,11 @@ class Nic:
         #: address -> (value, token): results of atomics whose posted write to memory is
         #: not visible yet; the atomic unit forwards them to the next atomic on that address
         self.atomic_pending: dict[int, tuple[int, object]] = {}
+        #: fast fidelity (``run.fidelity: fast``): a message's packets booked in closed
+        #: form, one event per message (docs/performance.md, "Fast fidelity")
+        self.fast = False
+        self.fast_bursts = 0  #: bursts the fast transmitter booked
+        self.fast_contended = 0  #: of which found the transmit unit busy (another QP)
         cyc = p.cycle_ps
         self.doorbell_ps = round(p.doorbell_cycles * cyc)
         self.fetch_ps = round(p.fetch_cycles * cyc)

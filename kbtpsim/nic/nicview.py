@@ -50,6 +50,9 @@ class NicView(Protocol):
     rx_ps: int
     atomic_ps: int
     mmio_ps: int
+    fast: bool
+    fast_bursts: int
+    fast_contended: int
 
     def post_cqe(self, cq: CompletionQueue, label: str = "", earliest: int | None = None,
                  **fields: Any) -> None: ...

@@ -44,6 +44,7 @@ class Packet:
         "payload",
         "raddr",
         "ready",
+        "ready_at",
         "rkey",
         "sampled",
         "seq",
@@ -71,6 +72,8 @@ class Packet:
         self.status = status
         self.payload = payload
         self.ready = ready
+        #: fast fidelity: when the payload DMA of this packet ends (ps; 0: ``ready`` decides)
+        self.ready_at = 0
         self.operands = operands
         #: when the responder's DMA read this packet's payload (READ_RESP; ps)
         self.sampled: int | None = None

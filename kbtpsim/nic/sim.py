@@ -23,8 +23,10 @@ PS_PER_US = 1_000_000
 class Simulation:
     """Owns ``env`` and ``tracer`` (if ``trace``); builds hosts with NICs."""
 
-    def __init__(self, trace: bool = False, seed: int = 0) -> None:
+    def __init__(self, trace: bool = False, seed: int = 0, fast: bool = False) -> None:
         self.env = simpy.Environment()
+        #: every NIC added runs at the fast fidelity (docs/performance.md)
+        self.fast = fast
         self.tracer: Tracer | None = Tracer() if trace else None
         self.seed = seed
         self.nics: dict[str, Nic] = {}
@@ -37,6 +39,7 @@ class Simulation:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         nic = Nic(self.env, host or Host(name), prof, name, self.tracer,
                   seed=self.seed + len(self.nics))
+        nic.fast = self.fast
         self.nics[name] = nic
         return nic
 

@@ -186,7 +186,7 @@ def build(sc: Scenario, *, trace: bool | Tracer = False, oracle: bool = True) ->
     and the initiators no received messages: only the oracle replays them, and they grow
     with the run. ``trace``: a tracer for every NIC (True: an unbounded one)."""
     configs, expanded = target_configs(sc)
-    sim = Simulation(trace=trace is True, seed=sc.seed)
+    sim = Simulation(trace=trace is True, seed=sc.seed, fast=sc.run.fidelity == "fast")
     if isinstance(trace, Tracer):
         sim.tracer = trace  # before any NIC is added
     profiles: dict[str, NicProfile] = {}

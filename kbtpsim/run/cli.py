@@ -27,8 +27,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from kbtpsim.scenario.schema import SchemaRuleError
     from kbtpsim.system import StagingFull
 
+    sets = [*(args.set or ()), *(["run.fidelity=fast"] if args.fast else [])]
     try:
-        sc = load_scenario(args.scenario, args.set or (), seed=args.seed)
+        sc = load_scenario(args.scenario, sets, seed=args.seed)
     except ScenarioError as exc:
         return _fail(str(exc))
     out = Path(args.output) if args.output else Path("results") / sc.name
@@ -70,6 +71,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for line in report(observer) if observer is not None else ():
             print(line)
+    fid = outcome.results["run"].get("fidelity")
+    if fid is not None and fid["warning"]:
+        print(f"kbtpsim: warning: {fid['warning']}", file=sys.stderr)
     if outcome.results["run"]["stop_reason"] == "stalled":
         lost = {k: v["connection"] for k, v in outcome.results["initiators"].items()
                 if v["connection"] != "up"}
@@ -95,7 +99,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if jobs < 1:
         return _fail(f"--jobs: must be at least 1, got {jobs}")
     try:
-        extra = [parse_override(o) for o in args.set or ()]
+        extra = [parse_override(o) for o in
+                 [*(args.set or ()), *(["run.fidelity=fast"] if args.fast else [])]]
         points = load_sweep(args.sweep, extra)
     except ScenarioError as exc:
         return _fail(str(exc))
@@ -155,6 +160,9 @@ def add_run_parsers(subparsers: Any) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a key, e.g. target.blocks=1024 or "
                    "initiators[0].workload.window=8 (repeatable)")
+    p.add_argument("--fast", action="store_true",
+                   help="fast fidelity: the same as --set run.fidelity=fast "
+                   "(docs/performance.md, 'Fast fidelity')")
     p.add_argument("--oracle", action="store_true",
                    help="check every completion and the final state against a reference "
                    "target; exit 1 on any divergence")
@@ -177,6 +185,8 @@ def add_run_parsers(subparsers: Any) -> None:
 
     p = subparsers.add_parser("sweep", help="run a cartesian product of scenario variants")
     p.add_argument("sweep", metavar="SWEEP.yaml", help="sweep file (base, parameters)")
+    p.add_argument("--fast", action="store_true",
+                   help="every point at the fast fidelity (--set run.fidelity=fast)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="sweep directory (default: results/<sweep file name>)")
     p.add_argument("-j", "--jobs", type=int, default=None,

@@ -15,6 +15,7 @@ from kbtpsim import __version__
 from kbtpsim.baselines.measure import MemoryProbe, add_comparison, cpu_snapshot
 from kbtpsim.run.build import System, build, connect_all
 from kbtpsim.run.driver import Driver
+from kbtpsim.run.fidelity import contention, contention_warning
 from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
 from kbtpsim.run.observe import Observer
 from kbtpsim.run.oracle import Divergence, check_oracle
@@ -116,6 +117,11 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
                       str(stop.value))
     add_comparison(results, sc, system, recorder, memory, cpu_at_warm)
     add_nic_served_cost(results, system, cpu_at_warm, served_at_warm)
+    if sc.run.fidelity == "fast":  # only then: full-fidelity results stay as they were
+        bursts, busy_bursts = contention(system.sim.nics)
+        results["run"]["fidelity"] = {"level": "fast", "bursts": bursts,
+                                      "contended_bursts": busy_bursts,
+                                      "warning": contention_warning(system.sim.nics)}
     divergences: list[Divergence] = []
     if oracle:
         quiesce(system, driver, sc.stop.stall)

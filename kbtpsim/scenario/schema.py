@@ -455,6 +455,18 @@ class MetricsSpec(Strict):
                                   "occupancy, quota use and utilisation time series.")
 
 
+class RunSpec(Strict):
+    """How the run is simulated."""
+
+    fidelity: Literal["full", "fast"] = Field(
+        "full", description="`full`: every packet and DMA as its own event. `fast`: a "
+        "multi-packet message's payload DMA and transmission booked in closed form, one "
+        "event per message (`kbtpsim run --fast`). Its measured error against `full` "
+        "is in docs/performance.md ('Fast fidelity'); the run warns when the NICs' "
+        "transmit units were contended enough for the order to differ. Payload bytes "
+        "are kept, so `--oracle` works at both levels.")
+
+
 class Scenario(Strict):
     """A simulation scenario: targets, initiators, network, stop condition, seed."""
 
@@ -471,6 +483,7 @@ class Scenario(Strict):
         description="Initiators.")
     network: NetworkSpec = Field(default_factory=NetworkSpec, description="Network.")
     metrics: MetricsSpec = Field(default_factory=MetricsSpec, description="Probes.")
+    run: RunSpec = Field(default_factory=RunSpec, description="Simulation fidelity.")
 
     # ------------------------------------------------------------------ derived
     @property
