@@ -1,6 +1,8 @@
 """Simulator speed: simulated operations per CPU-second, against a bare simpy loop.
 
-Run: ``python benchmarks/speed.py [--scale S] [--cases a,b] [--against DIR]``.
+Run: ``python benchmarks/speed.py [--scale S] [--cases a,b] [--against DIR]
+[--fidelity both|full|fast]``: each case at both fidelities by default, with the
+fast / full ratio.
 
 Each case runs a committed scenario in a fresh child process (so its peak RSS is its
 own) and reports simulated operations per CPU-second of that process, simpy events per
@@ -69,7 +71,8 @@ def _child(case: Case, operations: int, fidelity: str, tree: str | None, out: An
     from kbtpsim.scenario.load import load_scenario
 
     bare = max(bare_rate() for _ in range(3))  # the least disturbed of three
-    overrides = (*case.overrides, f"stop.operations={operations}")
+    fast = ("run.fidelity=fast",) if fidelity == "fast" else ()  # full: as older trees
+    overrides = (*case.overrides, f"stop.operations={operations}", *fast)
     sc = load_scenario(REPO / case.scenario, overrides)
     t0 = time.process_time()
     outcome = run_scenario(sc)
@@ -101,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(c.name for c in CASES),
                     help="comma-separated case names (default: all)")
     ap.add_argument("--against", metavar="DIR",
-                    help="also run each case on the kbtpsim tree in DIR (same run)")
+                    help="also run each case on the kbtpsim tree in DIR (same run; "
+                    "full fidelity only there)")
+    ap.add_argument("--fidelity", choices=("both", "full", "fast"), default="both",
+                    help="run each case at these fidelities (default both: prints the "
+                    "fast / full ratio)")
     args = ap.parse_args(argv)
     if args.against and not (Path(args.against) / "kbtpsim" / "__init__.py").is_file():
         ap.error(f"--against: {args.against} holds no kbtpsim tree")
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in {c.name for c in CASES}]
     if unknown:
         ap.error(f"--cases: unknown case {unknown[0]!r}")
-    fids = ["full"]  # the only fidelity so far
+    fids = ["full", "fast"] if args.fidelity == "both" else [args.fidelity]
     if args.scale <= 0:
         ap.error(f"--scale: must be positive, got {args.scale}")
     head = (f"{'case':<15}{'fidelity':<9}{'tree':<8}{'ops':>7}{'CPU s':>8}{'ops/CPU-s':>11}"
@@ -119,15 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     for case in CASES:
         if case.name not in names:
             continue
+        by_fid: dict[str, tuple[float, float]] = {}
         for fid in fids:
             ops = max(20, round(case.operations * args.scale))
-            trees = [("this", None)] + ([("against", args.against)] if args.against else [])
+            trees = [("this", None)] + ([("against", args.against)]
+                                        if args.against and fid == "full" else [])
             rates = []
             for label, tree in trees:
                 r = measure(case, ops, fid, tree)
                 rate = r["ops"] / r["cpu_s"]
                 ev_rate = r["events"] / r["cpu_s"]
                 rates.append(rate / r["bare"])
+                if tree is None:
+                    by_fid[fid] = (rate, rate / r["bare"])
                 print(f"{r['case']:<15}{fid:<9}{label:<8}{r['ops']:>7}{r['cpu_s']:>8.2f}"
                       f"{rate:>11.0f}{r['events'] / r['ops']:>11.0f}"
                       f"{ev_rate / r['bare']:>8.3f}{rate / r['bare'] * 1e6:>11.0f}"
@@ -135,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             if len(rates) == 2:
                 print(f"{'':<15}{fid:<9}speed-up (ops/Mbare, this / against): "
                       f"{rates[0] / rates[1]:.2f}x", flush=True)
+        if len(by_fid) == 2:
+            (full, full_b), (fast, fast_b) = by_fid["full"], by_fid["fast"]
+            print(f"{'':<15}fast / full: {fast / full:.2f}x ops/CPU-s, "
+                  f"{fast_b / full_b:.2f}x ops/Mbare", flush=True)
     print(f"bare simpy loop: {bare_rate() / 1e6:.2f} M events per CPU-second (this process)")
     return 0
 

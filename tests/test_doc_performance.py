@@ -21,7 +21,8 @@ def commands() -> list[str]:
     for block in re.findall(r"```[a-z]*\n(.*?)```", PAGE.read_text(), re.S):
         for line in block.splitlines():
             line = line.split("#", 1)[0].strip()
-            if line.startswith(("python benchmarks/speed.py", "python -m tests.run.regen_golden")):
+            if line.startswith(("python benchmarks/speed.py", "python -m tests.run.regen_golden",
+                                "python -m kbtpsim.run.fidelity")):
                 out.append(line)
     return out
 
@@ -39,6 +40,8 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
         if "--against" in argv:  # another tree: this one stands in for it
             argv[argv.index("--against") + 1] = str(REPO)
         argv += ["--scale", "0.005", "--cases", "quickstart"]  # later options win
+    elif argv[:2] == ["-m", "kbtpsim.run.fidelity"]:
+        argv += ["--scale", "0.01"]
     else:
         argv = ["-m", "tests.run.regen_golden", "--check", "quickstart"]  # never rewrite
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
@@ -46,5 +49,7 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if argv[0] == "benchmarks/speed.py":
         assert re.search(r"^quickstart\s+full\s+this\s+\d+", proc.stdout, re.M), proc.stdout
+    elif argv[:2] == ["-m", "kbtpsim.run.fidelity"]:
+        assert re.search(r"^\| eval-block-size \| \d+ \|", proc.stdout, re.M), proc.stdout
     else:
         assert "quickstart: unchanged" in proc.stdout, proc.stdout

@@ -33,7 +33,7 @@ TAPS: dict[simpy.Environment, Callable[[Any, Callable[[Any], None], int], None]]
 class LinkDirection:
     """One direction of a link."""
 
-    __slots__ = ("delay_ps", "env", "overhead", "ps_per_byte", "wire")
+    __slots__ = ("delay_ps", "env", "overhead", "ps_per_byte", "senders", "wire")
 
     def __init__(self, env: simpy.Environment, name: str, gbps: float, delay_ps: int,
                  overhead: int, tracer: Tracer | None = None, nic: str = "") -> None:
@@ -42,6 +42,9 @@ class LinkDirection:
         self.delay_ps = delay_ps
         self.overhead = overhead
         self.wire = Unit(env, name, 1, nic, tracer)
+        #: the QPs that send through ``wire`` (shared with every :meth:`sharing` twin);
+        #: the fast fidelity books bursts ahead only on a serialiser with one sender
+        self.senders: set[int] = set()
 
     @property
     def busy_ps(self) -> int:
@@ -59,6 +62,7 @@ class LinkDirection:
         twin.delay_ps = delay_ps
         twin.overhead = self.overhead
         twin.wire = self.wire
+        twin.senders = self.senders
         return twin
 
     def send(self, pkt: Any, deliver: Callable[[Any], None], at: int | None = None) -> None:

@@ -241,6 +241,8 @@ def connect(qp_a: QueuePair, qp_b: QueuePair, link: Link | None = None) -> Link 
         qp_a.out, qp_b.out = link.a_to_b, link.b_to_a
     qp_a.peer, qp_b.peer = qp_b, qp_a
     for qp in (qp_a, qp_b):
+        qp.out.senders.add(id(qp))  # type: ignore[union-attr]
+    for qp in (qp_a, qp_b):
         if qp.state is QpState.INIT:
             qp.state = QpState.RTS
     return link

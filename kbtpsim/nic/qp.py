@@ -415,7 +415,8 @@ class QueuePair(RxSide, SendOps):
     def _tx_go(self, _ev: simpy.Event | None) -> None:
         nic = self.nic
         env = self.env
-        if nic.fast:
+        out = self.out
+        if nic.fast and (out is None or len(out.senders) == 1):
             self._tx_burst()
             return
         pkt = self.txq.popleft()
@@ -429,9 +430,11 @@ class QueuePair(RxSide, SendOps):
         self._tx_next()
 
     def _tx_burst(self) -> None:
-        """Fast fidelity: every packet at the head of the queue whose payload is in (or
-        whose DMA end is known) is booked now on the transmit unit and the link, in the
-        QP's order, each from its own DMA end; one event when the last leaves the unit."""
+        """Fast fidelity, on a link serialiser this QP alone sends through: every packet
+        at the head of the queue whose payload is in (or whose DMA end is known) is
+        booked now on the transmit unit and the link, in the QP's order, each from its
+        own DMA end; one event when the last leaves the unit. (On a shared serialiser
+        booking ahead would let a burst pass another QP's packet: per packet there.)"""
         nic = self.nic
         env = self.env
         txq = self.txq
