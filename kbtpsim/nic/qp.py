@@ -420,7 +420,8 @@ class QueuePair(RxSide, SendOps):
             self._tx_burst()
             return
         pkt = self.txq.popleft()
-        ev = env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt) - env.now, pkt)
+        # ready_at: 0 at full fidelity; at fast, a later packet's DMA end (sq_ops)
+        ev = env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt, pkt.ready_at) - env.now, pkt)
         ev.callbacks.append(self._tx_sent)
 
     def _tx_sent(self, ev: simpy.Event) -> None:
