@@ -69,3 +69,10 @@ def test_fast_within_2_percent_or_the_seed_spread(name: str, ops: int) -> None:
     r = compare(str(REPO / "scenarios" / f"{name}.yaml"), ops)
     for key, err in r["fast"].items():
         assert err <= max(0.02, 1.5 * r["seed"][key]), (key, r)
+
+
+def test_fast_keeps_payload_bytes_so_the_oracle_runs() -> None:
+    sc = load_scenario(str(REPO / "scenarios" / "eval-ablation.yaml"),
+                       ["stop.operations=30", "run.fidelity=fast"])
+    outcome = run_scenario(sc, oracle=True)
+    assert outcome.results["oracle"]["checked"] and not outcome.divergences
