@@ -76,3 +76,18 @@ def test_fast_keeps_payload_bytes_so_the_oracle_runs() -> None:
                        ["stop.operations=30", "run.fidelity=fast"])
     outcome = run_scenario(sc, oracle=True)
     assert outcome.results["oracle"]["checked"] and not outcome.divergences
+
+
+def test_contention_warning_above_its_threshold_only() -> None:
+    from types import SimpleNamespace
+
+    from kbtpsim.run.fidelity import CONTENDED_WARN, contention_warning
+
+    def nics(bursts: int, busy: int) -> dict[str, SimpleNamespace]:
+        return {"a": SimpleNamespace(fast_bursts=bursts, fast_contended=busy),
+                "b": SimpleNamespace(fast_bursts=0, fast_contended=0)}
+
+    assert contention_warning(nics(0, 0)) is None
+    assert contention_warning(nics(100, int(100 * CONTENDED_WARN))) is None
+    msg = contention_warning(nics(100, 40))
+    assert msg is not None and "40 of 100" in msg and "without --fast" in msg
