@@ -307,10 +307,13 @@ def findings(rows: list[Row]) -> list[str]:
                 for op, v in sorted(served.items()) if op in ("LOAD", "STORE", "ALLOC_STORE"))
             per = t.get("cpu", {}).get("per_op", {})
             refill = per.get("REFILL", {})
+            what = ("the grants that hand re-armed chains back to the NIC (chains v2; "
+                    "REFILL: " if t.get("chains") == "v2" else
+                    "the re-posting of chains (chains v1; REFILL: ")
             out.append(
                 f"**Target CPU, {a.name} \"not required per operation\": {verdict}.** "
                 f"{parts}{cmp}. Requests served by the NIC: {shares or 'none'}; the rest, "
-                "FREE (no chain), and the re-posting of chains (REFILL: "
+                f"FREE (no chain), and {what}"
                 f"{_num(refill.get('per_op_ns'))} ns per refill, "
                 f"{_num(refill.get('ops'))} refills) run on the target CPU.")
         else:
@@ -388,14 +391,21 @@ def findings(rows: list[Row]) -> list[str]:
             busy = th.get("cpu", {}).get("utilisation") or 0
             reason = ("five dependent round trips per store, each queued behind the LOAD data "
                       "leaving the target's port")
-            if a.approach.startswith("kbtp_offload"):
+            if a.approach.startswith("kbtp_offload") and th.get("chains") == "v2":
+                reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
+                          f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
+                          "in the chain path: a connection's credits run one at a time "
+                          "(the gate keeps the draft's in-order rule), each a sequence of "
+                          "dependent chain steps (a WAIT, an ENABLE, WQE fetches and a CQE "
+                          "each; chains v2, docs/chains.md) before the data moves")
+            elif a.approach.startswith("kbtp_offload"):
                 reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
                           f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
                           "in the chain path: a connection's chains run one after the "
                           "other, each executing every WQE of its credit (the dispatch, "
                           "markers and patches of every fast path, docs/chains.md) before "
                           "the data moves, and a served credit serves again only once the "
-                          "CPU has re-posted it")
+                          "CPU has re-posted it (chains v1)")
             elif "ALLOC_STORE" in (a.heavy.get("store", "operations") or []):
                 reason = ("the target serves a connection's requests in order (the "
                           "reference target, docs/decisions.md T4), so a non-inline store's "

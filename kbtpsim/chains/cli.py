@@ -33,12 +33,28 @@ def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
     from kbtpsim.chains.measure import EXTRA
 
     if args.nic in EXTRA:  # e.g. cx5+strided: cx5 with strided keys (docs/chains.md)
-        return op, EXTRA[args.nic]
-    try:
-        profile = get_profile(args.nic)
-    except ValueError as exc:
-        return f"{exc} (or one of: {', '.join(EXTRA)})"
+        profile = EXTRA[args.nic]
+    else:
+        try:
+            profile = get_profile(args.nic)
+        except ValueError as exc:
+            return f"{exc} (or one of: {', '.join(EXTRA)})"
+    _resolve_design(args, profile)
     return op, profile
+
+
+def _resolve_design(args: argparse.Namespace, profile: Any) -> None:
+    """``args.design``: the design shown, v2 (asked for, or the default) where
+    ``profile`` can re-arm chains, else v1, as ``target.chains`` (decision C14)."""
+    from kbtpsim.chains.v2 import recycle_blockers
+
+    blocked = recycle_blockers(profile)
+    args.design = "v2" if args.chains in ("default", "v2") and not blocked else "v1"
+    if args.chains == "default" and blocked:
+        args.note = (f"chains v1: the default on {profile.name}, which cannot re-arm "
+                     f"chains ({'; '.join(blocked)})")
+    else:
+        args.note = None
 
 
 def _variant(op: str, inline: bool) -> str:
@@ -97,7 +113,7 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
 def _decide(op: str, args: argparse.Namespace, profile: Any) -> Any:
     """The variant's decision; chains v2's LOAD has no entry re-read (decision C13)."""
     return decide(_variant(op, args.inline), profile, args.addr_le,
-                  Geometry(seqlock=args.chains != "v2"))
+                  Geometry(seqlock=args.design != "v2"))
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -105,9 +121,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    d, extra = _v2(_decide(op, args, profile), profile, args.addr_le, args.chains)
+    d, extra = _v2(_decide(op, args, profile), profile, args.addr_le,
+                   "v2" if args.chains == "v2" else args.design)
     print(show(d))
-    for line in extra:
+    for line in extra + ([args.note] if args.note else []):
         print(line)
     return 0
 
@@ -123,7 +140,8 @@ def _cmd_draw(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    d, _ = _v2(_decide(op, args, profile), profile, args.addr_le, args.chains)
+    d, _ = _v2(_decide(op, args, profile), profile, args.addr_le,
+                   "v2" if args.chains == "v2" else args.design)
     title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
     try:
@@ -139,8 +157,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    print(explain(decide_op(op, profile, args.addr_le, Geometry(seqlock=args.chains != "v2"))))
-    if args.chains == "v2":
+    print(explain(decide_op(op, profile, args.addr_le, Geometry(seqlock=args.design != "v2"))))
+    if args.note:
+        print(args.note)
+    if args.chains == "v2" or args.design == "v2":
         from kbtpsim.chains.v2 import recycle_blockers
 
         why = recycle_blockers(profile)
@@ -164,9 +184,10 @@ def add_chains_parser(subparsers: Any) -> None:
         q.add_argument("--nic", required=True, metavar="PROFILE",
                        help="NIC profile name (or cx5+strided: cx5 with strided keys)")
         q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
-        q.add_argument("--chains", choices=("v1", "v2"), default="v1",
-                       help="the chain design (target.chains): v1, or v2 (lanes, WAITs "
-                       "per CQ, the recycle segment)")
+        q.add_argument("--chains", choices=("default", "v1", "v2"), default="default",
+                       help="the chain design (target.chains): the profile's default (v2 "
+                       "where it can re-arm chains, else v1), v1, or v2 (lanes, WAITs per "
+                       "CQ, the recycle segment)")
 
     q = sub.add_parser("show", help="one WR a line, with the source of every field")
     common(q)

@@ -101,11 +101,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     orders: list[bool | None] = {"default": [None], "on": [True], "off": [False],
                                  "both": [False, True]}[args.addr_le]
     skipped: list[str] = []
-    if args.chains == "v2":  # only where the NIC can re-arm chains (decision C11)
-        from kbtpsim.chains.v2 import recycle_blockers
-        from kbtpsim.oracle.campaign import resolve_profile
+    from kbtpsim.chains.v2 import recycle_blockers
+    from kbtpsim.oracle.campaign import resolve_profile
 
-        skipped = [p for p in profiles if recycle_blockers(resolve_profile(p))]
+    #: default: each profile's default design, as target.chains (decision C14)
+    design = {p: "v1" if args.chains == "v1" or recycle_blockers(resolve_profile(p))
+              else "v2" for p in profiles}
+    if args.chains == "v2":  # only where the NIC can re-arm chains (decision C11)
+        skipped = [p for p in profiles if design[p] != "v2"]
         profiles = [p for p in profiles if p not in skipped]
         if not profiles:
             return _fail(f"--chains v2: none of the profiles can run chains v2 "
@@ -118,7 +121,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             + (f"; reference {args.reference}" if args.reference != "target" else "")
             + (f"; chains {args.chains}" + (f" (not on {', '.join(skipped)}: they cannot "
                                              "re-arm chains)" if skipped else "")
-               if args.chains != "v1" else ""))
+               if args.chains == "v2" else "")
+            + ("; chains " + ", ".join(f"{p} {d}" for p, d in design.items())
+               if args.chains == "default" else ""))
     if not args.json:
         print(plan, flush=True)
     wall = time.perf_counter()
@@ -129,7 +134,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for profile, addr_le, mix, seed in runs:
         spec = Spec(seed=seed, profile=profile, addr_le=addr_le, ops=args.ops,
                     mix=mix, phases=args.phases, faults=faults,
-                    mutant=args.mutant, reference=args.reference, chains=args.chains)
+                    mutant=args.mutant, reference=args.reference,
+                    chains=design[profile])
         if args.stop and diverged:
             cases.append((spec, None))
             continue
@@ -249,10 +255,11 @@ def add_oracle_parsers(subparsers: Any) -> None:
     q.add_argument("--reference", choices=("target", "model"), default="target",
                    help="the shadow the campaigns compare with: the software target "
                    "(default) or the independent reference model (kbtpsim.refmodel)")
-    q.add_argument("--chains", choices=("v1", "v2"), default="v1",
-                   help="the offloaded target's chains: v1 (re-posted by the CPU, the "
-                   "default) or v2 (re-armed by the NIC; profiles that cannot are left "
-                   "out, and named)")
+    q.add_argument("--chains", choices=("default", "v1", "v2"), default="default",
+                   help="the offloaded target's chains: each profile's default as "
+                   "target.chains (v2 where the NIC can re-arm chains, else v1; the "
+                   "default), v1 (re-posted by the CPU) or v2 (re-armed by the NIC; "
+                   "profiles that cannot are left out, and named)")
     q.add_argument("--stop", action="store_true", help="stop at the first divergence")
     q.add_argument("--junit", metavar="FILE.xml",
                    help="also write a JUnit XML report: one test case per campaign, a "

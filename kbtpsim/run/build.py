@@ -28,7 +28,9 @@ from kbtpsim.scenario.schema import (
     Scenario,
     SchemaRuleError,
     TargetSpec,
+    chain_design,
     nic_profile,
+    refill_batch,
 )
 from kbtpsim.system import CpuCosts, Initiator, SoftwareTargetServer
 from kbtpsim.system.contention import Background
@@ -252,7 +254,8 @@ def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
     variants = tuple(v for op in CHAIN_OPS if op.upper() not in keep
                      for v in OPERATIONS[op.upper()])
     return OffloadedTargetServer(sim, config, addr_le=config.addr_le, variants=variants,
-                                 refill_batch=tgt.cpu.refill_batch, chains=tgt.chains,
+                                 refill_batch=refill_batch(tgt),
+                                 chains=chain_design(tgt),
                                  repost_ns=None if tgt.cpu.repost_wqe is None
                                  else tgt.cpu.repost_wqe / 1000, **kw)
 

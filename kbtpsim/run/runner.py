@@ -19,7 +19,7 @@ from kbtpsim.run.fidelity import contention, contention_warning
 from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
 from kbtpsim.run.observe import Observer
 from kbtpsim.run.oracle import Divergence, check_oracle
-from kbtpsim.scenario.schema import BASELINE_MODES, Scenario, SchemaRuleError
+from kbtpsim.scenario.schema import BASELINE_MODES, Scenario, SchemaRuleError, chain_design
 from kbtpsim.units import PS_PER_US
 
 ProgressFn = Callable[[float], None]
@@ -200,6 +200,8 @@ def collect(sc: Scenario, system: System, rec: Recorder, driver: Driver, sampler
         spec = next(t for t in sc.targets if t.name == name)
         targets[name] = {
             "mode": spec.mode,
+            # the chain design that ran (decision C14: the default follows the profile)
+            "chains": chain_design(spec) if spec.mode == "offload" else None,
             "cpu": {"cores": cpu.cores, "utilisation": util.get(f"cpu.{name}", 0.0),
                     "per_op": {k: {kk: round(vv, 3) for kk, vv in v.items()}
                                for k, v in cpu.report().items()}},

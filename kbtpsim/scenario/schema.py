@@ -145,10 +145,11 @@ class CpuSpec(Strict):
         default_factory=dict, description="Processing cost per KBTP opcode, overriding "
         "kbtpsim.system.cpu.DEFAULT_OP_NS (keys: HELLO, LOAD, STORE, ALLOC_STORE, FREE, "
         "BIND, READ_DONE, TIMER, DIRECT, ...).")
-    refill_batch: int = Field(
-        1, ge=1, le=65535, description="Offload mode: re-post (chains v1) or grant the "
+    refill_batch: int | None = Field(
+        None, ge=1, le=65535, description="Offload mode: re-post (chains v1) or grant the "
         "NIC's re-arming of (v2) finished chains once at least this many have finished "
-        "(one doorbell or ENABLE per batch; clamped to the credits).")
+        "(one doorbell or ENABLE per batch; clamped to the credits; default: 8 with chains "
+        "v2, 1 with v1).")
     repost_wqe: Time | None = Field(
         None, description="Offload mode: CPU time to re-post one WQE of a consumed chain "
         "(default: the NIC profile's `cpu_post_ns`, building a WQE through the verbs API; "
@@ -240,12 +241,15 @@ class TargetSpec(Strict):
     operations: dict[TargetOp, Literal["software", "offload"]] = Field(
         default_factory=dict, description="Offload mode: where each operation runs "
         "(default: offload where the NIC profile allows it).")
-    chains: Literal["v1", "v2"] = Field(
-        "v1", description="Offload mode: the chain design. `v1`: the CPU re-posts every "
+    chains: Literal["v1", "v2"] | None = Field(
+        None, description="Offload mode: the chain design. `v1`: the CPU re-posts every "
         "finished chain (60 ns a WQE); `v2`: the NIC re-arms each credit's chain in place "
         "(pristine restores, FetchAdds advancing the WAIT/ENABLE counts, receives re-armed "
         "through the receive doorbell record) and the CPU only grants it, one ENABLE per "
-        "batch of `cpu.refill_batch` (docs/chains.md, 'Chains v2'; decision C11).")
+        "batch of `cpu.refill_batch` (docs/chains.md, 'Chains v2'; decision C11). "
+        "Default: v2 where the NIC profile can re-arm chains, v1 where it cannot "
+        "(`kbtpsim chains explain OP --nic PROFILE --chains v2` says why; decision C14); "
+        "results.json `targets.<name>.chains` records the design that ran.")
     nic: NicSpec = Field(default_factory=NicSpec, description="The target's NIC.")
     cpu: CpuSpec = Field(default_factory=CpuSpec, description="The target's CPU.")
     blocks: int = Field(1024, ge=1, le=1 << 28, description="F: blocks in the pool.")
@@ -621,6 +625,24 @@ def check(sc: Scenario) -> None:
                                   "initiators of the target in one trust domain")
     _check_static_slots(sc, inis)
     _check_network(sc, names)
+
+
+def chain_design(tgt: TargetSpec) -> str:
+    """The chain design ``tgt`` runs: ``target.chains`` if given, else v2 where its NIC
+    profile can re-arm chains and v1 where it cannot (decision C14)."""
+    if tgt.chains is not None:
+        return tgt.chains
+    from kbtpsim.chains.v2 import recycle_blockers
+
+    return "v1" if recycle_blockers(nic_profile(tgt.nic, "target.nic")) else "v2"
+
+
+def refill_batch(tgt: TargetSpec) -> int:
+    """``target.cpu.refill_batch`` if given, else 8 with chains v2 (one grant ENABLE per
+    8 credits) and 1 with v1 (decision C14)."""
+    if tgt.cpu.refill_batch is not None:
+        return tgt.cpu.refill_batch
+    return 8 if chain_design(tgt) == "v2" else 1
 
 
 def _check_target(tgt: TargetSpec, path: str) -> None:

@@ -268,7 +268,7 @@ def test_compare_sweep_runs_end_to_end_and_tabulates(tmp_path: Path) -> None:
     text = out.read_text()
     for name in ("one-sided static", "one-sided dynamic", "two-sided", "KBTP software",
                  "KBTP software (inline stores)", "KBTP offloaded",
-                 "KBTP offloaded (inline stores)", "KBTP offloaded (pre-built WQEs)",
+                 "KBTP offloaded (inline stores)", "KBTP offloaded (chains v1, pre-built WQEs)",
                  "KBTP + DIRECT_LOAD", "KBTP + DIRECT_ALLOC"):
         assert f"| {name} |" in text
     assert "kbtpsim sweep scenarios/compare-approaches.yaml" in text

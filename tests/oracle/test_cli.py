@@ -26,6 +26,16 @@ def test_check_prints_plan_and_passes(capsys: pytest.CaptureFixture[str]) -> Non
     assert total > 16 and nic + cpu == total
 
 
+def test_check_takes_each_profiles_default_design(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Decision C14: without --chains, each profile runs its target.chains default."""
+    rc = main(["check", "--seed", "2", "--profiles", "ideal,ideal-be", "--ops", "12",
+               "--phases", "1", "--addr-le", "on"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "2 campaigns, 0 diverged" in out
+    assert "chains ideal v1, ideal-be v2" in out
+
+
 def test_campaign_line_gives_both_totals_when_they_differ() -> None:
     from kbtpsim.oracle.report import request_counts
 

@@ -332,6 +332,7 @@ def test_repost_wqe_sets_the_refill_cost() -> None:
     for cost in (None, "10ns"):
         data = json.loads(json.dumps(OFFLOAD))
         data["stop"]["operations"] = 60
+        data["target"]["chains"] = "v1"  # v2 (the default, C14) re-posts nothing
         if cost is not None:
             data["target"]["cpu"] = {"repost_wqe": cost}
         res = run_scenario(scenario_from_dict(data)).results

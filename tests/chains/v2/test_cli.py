@@ -16,8 +16,20 @@ def test_show_v2_lists_lanes_and_the_recycle_segment(
     out = capsys.readouterr().out
     assert "worker@load" in out and "qp:worker@dispatch" in out
     assert "recycle segment" in out and "rearm_recv" in out and "restore_scratch" in out
-    assert main(["chains", "show", "LOAD", "--nic", "ideal-be"]) == 0  # v1: one worker
-    assert "worker@" not in capsys.readouterr().out
+    assert main(["chains", "show", "LOAD", "--nic", "ideal-be", "--chains", "v1"]) == 0
+    assert "worker@" not in capsys.readouterr().out  # v1: one worker
+    assert main(["chains", "show", "LOAD", "--nic", "ideal-be"]) == 0  # default: v2 (C14)
+    assert "recycle segment" in capsys.readouterr().out
+
+
+def test_the_default_design_is_named_where_it_is_v1(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chains", "explain", "LOAD", "--nic", "ideal"]) == 0
+    out = capsys.readouterr().out
+    assert "chains v1: the default on ideal, which cannot re-arm chains" in out
+    assert main(["chains", "show", "LOAD", "--nic", "cx5"]) == 0  # cx5 can: v2
+    out = capsys.readouterr().out
+    assert "recycle segment" in out and "the default on" not in out
 
 
 def test_explain_v2_says_why_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:

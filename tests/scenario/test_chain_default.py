@@ -1,0 +1,62 @@
+"""Decision C14: `target.chains` defaults to v2 where the NIC profile can re-arm chains,
+to v1 where it cannot; `cpu.refill_batch` defaults to 8 with v2 and 1 with v1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbtpsim.scenario.load import ScenarioError, load_scenario
+from kbtpsim.scenario.schema import chain_design, refill_batch
+
+REPO = Path(__file__).resolve().parents[2]
+OFFLOAD = str(REPO / "scenarios" / "quickstart-offload.yaml")
+
+
+def _target(*overrides: str):  # type: ignore[no-untyped-def]
+    return load_scenario(OFFLOAD, list(overrides)).targets[0]
+
+
+@pytest.mark.parametrize(("profile", "design", "batch"), [
+    ("ideal-be", "v2", 8), ("cx5", "v2", 8), ("ideal", "v1", 1),
+    ("cx5-upstream", "v1", 1), ("irdma", "v1", 1),
+])
+def test_the_default_follows_the_profile(profile: str, design: str, batch: int) -> None:
+    tgt = _target(f"target.nic.profile={profile}")
+    assert tgt.chains is None
+    assert (chain_design(tgt), refill_batch(tgt)) == (design, batch)
+
+
+def test_a_capability_ablation_falls_back_to_v1() -> None:
+    tgt = _target("target.nic.overrides={wait_enable: false}")
+    assert chain_design(tgt) == "v1"
+
+
+def test_explicit_values_win() -> None:
+    tgt = _target("target.chains=v1")
+    assert (chain_design(tgt), refill_batch(tgt)) == ("v1", 1)
+    tgt = _target("target.chains=v2", "target.cpu.refill_batch=3")
+    assert (chain_design(tgt), refill_batch(tgt)) == ("v2", 3)
+
+
+def test_explicit_v2_where_it_cannot_run_names_the_key() -> None:
+    with pytest.raises(ScenarioError) as exc:
+        _target("target.nic.profile=ideal", "target.chains=v2")
+    assert exc.value.path == "target.chains"
+    assert "ideal" in str(exc.value)
+
+
+def test_documented_v1_studies_pin_v1() -> None:
+    ablation = load_scenario(str(REPO / "scenarios" / "eval-ablation.yaml")).targets[0]
+    assert chain_design(ablation) == "v1"
+
+
+def test_results_record_the_design_that_ran() -> None:
+    from kbtpsim.run.runner import run_scenario
+
+    for over, chains in (("target.chains=v1", "v1"), ("target.nic.profile=ideal-be", "v2"),
+                         ("target.mode=software", None)):
+        sc = load_scenario(OFFLOAD, [over, "stop.operations=20", "initiators[0].count=1"])
+        res = run_scenario(sc).results
+        assert res["targets"]["target"]["chains"] == chains
