@@ -46,11 +46,12 @@ def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
 def _resolve_design(args: argparse.Namespace, profile: Any) -> None:
     """``args.design``: the design shown, v2 (asked for, or the default) where
     ``profile`` can re-arm chains, else v1, as ``target.chains`` (decision C14)."""
-    from kbtpsim.chains.v2 import recycle_blockers
+    from kbtpsim.chains.v2 import default_design, recycle_blockers
 
-    blocked = recycle_blockers(profile)
-    args.design = "v2" if args.chains in ("default", "v2") and not blocked else "v1"
-    if args.chains == "default" and blocked:
+    native = default_design(profile)
+    args.design = native if args.chains in ("default", "v2") else "v1"
+    if args.chains == "default" and native == "v1":
+        blocked = recycle_blockers(profile)
         args.note = (f"chains v1: the default on {profile.name}, which cannot re-arm "
                      f"chains ({'; '.join(blocked)})")
     else:

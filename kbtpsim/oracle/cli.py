@@ -101,12 +101,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     orders: list[bool | None] = {"default": [None], "on": [True], "off": [False],
                                  "both": [False, True]}[args.addr_le]
     skipped: list[str] = []
-    from kbtpsim.chains.v2 import recycle_blockers
+    from kbtpsim.chains.v2 import default_design
     from kbtpsim.oracle.campaign import resolve_profile
 
     #: default: each profile's default design, as target.chains (decision C14)
-    design = {p: "v1" if args.chains == "v1" or recycle_blockers(resolve_profile(p))
-              else "v2" for p in profiles}
+    design = {p: "v1" if args.chains == "v1" else default_design(resolve_profile(p))
+              for p in profiles}
     if args.chains == "v2":  # only where the NIC can re-arm chains (decision C11)
         skipped = [p for p in profiles if design[p] != "v2"]
         profiles = [p for p in profiles if p not in skipped]

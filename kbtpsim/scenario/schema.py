@@ -632,9 +632,9 @@ def chain_design(tgt: TargetSpec) -> str:
     profile can re-arm chains and v1 where it cannot (decision C14)."""
     if tgt.chains is not None:
         return tgt.chains
-    from kbtpsim.chains.v2 import recycle_blockers
+    from kbtpsim.chains.v2 import default_design
 
-    return "v1" if recycle_blockers(nic_profile(tgt.nic, "target.nic")) else "v2"
+    return default_design(nic_profile(tgt.nic, "target.nic"))
 
 
 def refill_batch(tgt: TargetSpec) -> int:

@@ -3,10 +3,14 @@ to v1 where it cannot; `cpu.refill_batch` defaults to 8 with v2 and 1 with v1.""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
+from kbtpsim.chains.cli import _resolve_design
+from kbtpsim.chains.v2 import default_design, recycle_blockers
+from kbtpsim.nic import PROFILES
 from kbtpsim.scenario.load import ScenarioError, load_scenario
 from kbtpsim.scenario.schema import chain_design, refill_batch
 
@@ -60,3 +64,17 @@ def test_results_record_the_design_that_ran() -> None:
         sc = load_scenario(OFFLOAD, [over, "stop.operations=20", "initiators[0].count=1"])
         res = run_scenario(sc).results
         assert res["targets"]["target"]["chains"] == chains
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_one_rule_decides_the_default_everywhere(profile: str) -> None:
+    """The scenario default, `kbtpsim chains` and `kbtpsim check` all ask
+    `default_design`, which is v2 exactly where nothing blocks recycling."""
+    prof = PROFILES[profile]
+    expected = "v1" if recycle_blockers(prof) else "v2"
+    assert default_design(prof) == expected
+    assert chain_design(_target(f"target.nic.profile={profile}")) == expected
+    args = argparse.Namespace(chains="default")
+    _resolve_design(args, prof)
+    assert args.design == expected
+    assert (args.note is None) == (expected == "v2")

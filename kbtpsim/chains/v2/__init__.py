@@ -17,6 +17,13 @@ from kbtpsim.nic.profile import NicProfile
 CHAIN_VERSIONS = ("v1", "v2")
 
 
+def default_design(profile: NicProfile) -> str:
+    """The chain design a target on ``profile`` runs when ``target.chains`` is not given:
+    v2 where the profile can re-arm chains in place, else v1 (decision C14). The one
+    place this rule lives; scenarios, ``kbtpsim check`` and ``kbtpsim chains`` ask it."""
+    return "v1" if recycle_blockers(profile) else "v2"
+
+
 def chain_server_class(chains: str) -> type[ChainServer]:
     """The :class:`ChainServer` class of chains ``"v1"`` (re-posted by the CPU) or
     ``"v2"`` (re-armed by the NIC)."""
@@ -53,4 +60,4 @@ def prepare_chain(chains: str, chain: Chain, profile: NicProfile,
 
 
 __all__ = ["CHAIN_VERSIONS", "RecycleError", "RecyclingChainServer", "chain_server_class",
-           "prepare_chain", "recycle_blockers"]
+           "default_design", "prepare_chain", "recycle_blockers"]
