@@ -33,6 +33,7 @@ from kbtpsim.chains.ir import Addr, Chain, Const, CtrlWord, Placed, Role, WrTemp
 from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.nic import (
     Access,
+    CompletionQueue,
     Condition,
     Cqe,
     MemoryRegion,
@@ -286,10 +287,14 @@ class ChainServer:
         """The chains' CQEs visible now (the CPU's poll of the chain CQ)."""
         return self.chain_cq.poll(1 << 12)
 
-    def wake_events(self) -> list[simpy.Event]:
-        """Events a sleeping CPU wakes on: a new CQE of the chains or of a receive."""
-        return [self.chain_cq.reach(self.chain_cq.count + 1),
-                self.recv_cq.reach(self.recv_cq.count + 1)]
+    def wake_cqs(self) -> list[CompletionQueue]:
+        """The CQs a sleeping CPU wakes on: a new CQE of the chains or of a receive."""
+        return [self.chain_cq, self.recv_cq]
+
+    def arm_wake(self, ev: simpy.Event) -> None:
+        """Succeed ``ev`` at the next CQE of any of :meth:`wake_cqs`."""
+        for cq in self.wake_cqs():
+            cq.notify(ev)
 
     def cqes_in_flight(self) -> bool:
         """CQEs generated but not polled yet (their DMA write may still be landing)."""

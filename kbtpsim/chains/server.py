@@ -411,7 +411,9 @@ class OffloadedTargetServer(FreeQuiescence, SoftwareTargetServer):
                     continue
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
             cc.wake = env.event()
-            events = [*cs.wake_events(), cc.wake]
+            cqe = env.event()  # one event for every CQ watched (CompletionQueue.notify)
+            cs.arm_wake(cqe)
+            events = [cqe, cc.wake]
             if cs.cqes_in_flight():
                 events.append(env.timeout(max(1, cpu.poll_ps)))
             yield env.any_of(events)

@@ -136,7 +136,7 @@ class CompletionQueue:
     where its CQEs are written in memory (``depth`` x 64 octets)."""
 
     __slots__ = ("_entries", "_hold", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
-                 "ignore_overrun", "overwritten")
+                 "ignore_overrun", "overwritten", "pending")
 
     def __init__(self, env: simpy.Environment, cqn: int, depth: int,
                  buffer_addr: int | None = None, ignore_overrun: bool = False) -> None:
@@ -150,6 +150,9 @@ class CompletionQueue:
         self.buffer_addr = buffer_addr
         self.count = 0  #: CQEs generated so far (absolute, as WAIT counts)
         self._entries: deque[Cqe] = deque()
+        #: the CQEs generated and not polled yet, oldest first (read-only: a cheap test of
+        #: whether a poll can find anything, without a call of ``len``)
+        self.pending = self._entries
         self._waiters: list[tuple[int, simpy.Event]] = []
         self._hold = clock_hold(env)
         #: a full CQ overwrites its oldest CQE instead of overrunning (MLNX_OFED's
@@ -174,7 +177,8 @@ class CompletionQueue:
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > self.count]
                 for _, ev in ready:
-                    ev.succeed()
+                    if not ev.triggered:  # an event shared by several CQs (notify)
+                        ev.succeed()
 
     def slot_addr(self, index: int) -> int:
         """Address of the buffer slot CQE number ``index`` is written to."""
@@ -190,6 +194,15 @@ class CompletionQueue:
         else:
             self._waiters.append((count, ev))
         return ev
+
+    def notify(self, ev: simpy.Event) -> None:
+        """Succeed ``ev`` at this CQ's next CQE unless it has triggered by then: one
+        event that a sleeper shares between several CQs, where :meth:`reach` would make
+        one per CQ (same place among the waiters, so the same order of wake-ups)."""
+        waiters = self._waiters
+        if len(waiters) > 8:  # drop events already woken elsewhere (push skips them)
+            self._waiters = waiters = [w for w in waiters if not w[1].triggered]
+        waiters.append((self.count + 1, ev))
 
     def poll(self, max_entries: int = 16) -> list[Cqe]:
         """Up to ``max_entries`` CQEs visible to the CPU now, oldest first."""

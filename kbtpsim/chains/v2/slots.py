@@ -13,8 +13,6 @@ used the slots).
 
 from __future__ import annotations
 
-import simpy
-
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.ir import Addr, CondSpec, Const, Role, WrTemplate
 from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
@@ -217,24 +215,30 @@ class SlotQueues(ChainServer):
             wr_id=number << ROLE_BITS | 0x3FFE))
         self.wrs_posted += 1
 
-    def _chain_cqs(self) -> list[CompletionQueue]:
-        return [*self.slot_cqs, *(cq for d in self.variant_cqs for cq in d.values())]
+    def _chain_cqs(self) -> tuple[CompletionQueue, ...]:
+        """The slots' and variants' CQs (fixed once the queues exist)."""
+        cqs = self.__dict__.get("_chain_cq_list")
+        if cqs is None:
+            cqs = (*self.slot_cqs, *(cq for d in self.variant_cqs for cq in d.values()))
+            self.__dict__["_chain_cq_list"] = cqs
+        return cqs
 
     def _poll_chain(self) -> list[Cqe]:
         out: list[Cqe] = []
         for cq in (*self._chain_cqs(), self.chain_cq):
-            out.extend(cq.poll(1 << 12))
+            if cq.pending:  # most CQs have nothing: skip the call
+                out.extend(cq.poll(1 << 12))
         return out
 
-    def wake_events(self) -> list[simpy.Event]:
+    def wake_cqs(self) -> list[CompletionQueue]:
         slots = sorted({self._slot(self.finished), *(self._slot(n) for n in self._early)})
-        cqs = [cq for s in slots for cq in (self.slot_cqs[s], *self.variant_cqs[s].values())]
-        return [*(cq.reach(cq.count + 1) for cq in cqs),
-                self.chain_cq.reach(self.chain_cq.count + 1),
-                self.recv_cq.reach(self.recv_cq.count + 1)]
+        return [*(cq for s in slots for cq in (self.slot_cqs[s],
+                                               *self.variant_cqs[s].values())),
+                self.chain_cq, self.recv_cq]
 
     def cqes_in_flight(self) -> bool:
-        return any(len(cq) for cq in (*self._chain_cqs(), self.chain_cq, self.recv_cq))
-
+        if self.chain_cq.pending or self.recv_cq.pending:
+            return True
+        return any(cq.pending for cq in self._chain_cqs())
 
 __all__ = ["SlotQueues"]
