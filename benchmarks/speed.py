@@ -41,7 +41,8 @@ class Case:
 
 CASES = (
     Case("quickstart", "scenarios/quickstart.yaml", (), 5000),
-    Case("eval-ablation", "scenarios/eval-ablation.yaml", (), 300),
+    Case("eval-ablation", "scenarios/eval-ablation.yaml", (), 300),  # chains v1 (the file's)
+    Case("ablation-v2", "scenarios/eval-ablation.yaml", ("target.chains=v2",), 300),
     Case("two-sided", "scenarios/quickstart.yaml", ("target.mode=two_sided",), 5000),
     Case("block-2MiB", "scenarios/eval-block-size.yaml", ("target.block_size=2MiB",), 200),
 )
