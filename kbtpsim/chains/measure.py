@@ -79,13 +79,15 @@ def best_addr_le(profile: str) -> bool:
 
 
 def measure(profile: str | NicProfile, op: str, block_size: int, n: int = 3,
-            addr_le: bool | None = None) -> Sample:
+            addr_le: bool | None = None, chains: str = "v1") -> Sample:
     """Latency of the ``n``-th request of ``op`` (steady state) and its CPU cost
-    (``profile``: a name, or a profile, e.g. one with overridden parameters)."""
+    (``profile``: a name, or a profile, e.g. one with overridden parameters; ``chains``:
+    the design, v1 re-posted by the CPU or v2 re-armed by the NIC, granted one credit at
+    a time)."""
     prof = profile_named(profile) if isinstance(profile, str) else profile
     profile = prof.name
     le = prof.wqe_field_byte_order == "little" if addr_le is None else addr_le
-    h = Harness(prof, le, block_size=block_size, blocks=8, quota=8)
+    h = Harness(prof, le, block_size=block_size, blocks=8, quota=8, chains=chains)
     msgs = _requests(h, op, block_size, n)
     res = h.run(msgs[:2])
     cpu0, refill0 = res.cpu_request_ps, res.refill_ps
@@ -114,15 +116,18 @@ ESTIMATES: dict[str, tuple[float, ...]] = {
 
 
 def sensitivity(param: str, values: tuple[float, ...], block_size: int = 4096,
-                offload: str = "cx5", software: str = "cx5-upstream") -> list[dict[str, float]]:
-    """Per value of ``param``: LOAD latency offloaded (``offload``'s chains) and in
-    software (``software``: the same timing, nothing offloaded), their ratio, and the
-    target CPU per request of each (offload: re-posting the chain; software: serving it
-    and re-posting the dispatch prefix)."""
+                offload: str = "cx5", software: str = "cx5-upstream",
+                chains: str = "v1") -> list[dict[str, float]]:
+    """Per value of ``param``: LOAD latency offloaded (``offload``'s chains, design
+    ``chains``) and in software (``software``: the same timing, nothing offloaded), their
+    ratio, and the target CPU per request of each (offload: re-posting the chain (v1) or
+    granting its re-arming (v2); software: serving it and re-posting the dispatch
+    prefix)."""
     out = []
     for v in values:
         kw = {param: type(getattr(profile_named(offload), param))(v)}
-        off = measure(profile_named(offload).replace(**kw), "LOAD", block_size)
+        off = measure(profile_named(offload).replace(**kw), "LOAD", block_size,
+                      chains=chains)
         sw = measure(profile_named(software).replace(**kw), "LOAD", block_size)
         assert off.served == "NIC" and sw.served == "CPU", (off, sw)
         out.append({"value": v, "offload_us": off.latency_ns / 1000,
