@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from kbtpsim.chains.compiler import VARIANTS, Geometry, build_chain, ctrl_positions
+from kbtpsim.chains.compiler import VARIANTS, Geometry, build_chain
 from kbtpsim.chains.harness import Harness
 from kbtpsim.chains.ir import Chain, Const, CtrlWord, Placed
+from kbtpsim.chains.lowering import ctrl_positions
 from kbtpsim.chains.plan import decide, lowering_for
 from kbtpsim.chains.render import explain, show
 from kbtpsim.chains.verify import verify
