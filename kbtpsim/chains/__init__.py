@@ -7,8 +7,11 @@ Modules (docs/chains.md has the designs, tables and measurements):
   a table/ring Read, an atomic or a patch), edges for the orderings the NIC enforces;
 * :mod:`~kbtpsim.chains.verify` -- the verifier (placed-before-use, held-back WQEs,
   byte order, capabilities), each violation naming the WR, the field and the rule;
-* :mod:`~kbtpsim.chains.compiler` -- the per-credit chain and its fast-path variants
-  (``load``, ``store_inline``, ``store_read``, ``alloc_inline``, ``alloc_read``);
+* :mod:`~kbtpsim.chains.compiler` -- the per-credit chain: the builder, its step
+  sequence and fences; with :mod:`~kbtpsim.chains.vocab` (request layout, constants, the
+  fast-path variants ``load``, ``store_inline``, ``store_read``, ``alloc_inline``,
+  ``alloc_read``), :mod:`~kbtpsim.chains.variants` (each variant's WRs) and
+  :mod:`~kbtpsim.chains.lowering` (conditions as CAS-on-WQE, for cx5);
 * :mod:`~kbtpsim.chains.plan` -- per profile and byte order, which variants are offloaded
   (their chain verifies) and why the others go to the CPU;
 * :mod:`~kbtpsim.chains.post` -- :class:`ChainServer`, posting chains on the NIC model;

@@ -1,0 +1,101 @@
+"""What the chain compiler builds against: the request layout it reads, the constants it
+gathers, and its fast-path variants (:data:`VARIANTS`, :data:`OPERATIONS`) with the
+geometry their constants depend on (:class:`Geometry`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbtpsim.chains.ir import Order
+from kbtpsim.chains.lowering import M64
+from kbtpsim.nic.memory import ByteOrder
+
+GO = b"\x01"
+INVALIDATE = 0x0008  #: RequestFlag.INVALIDATE (FORMATS.md "Flags")
+SEAL = 0x0002  #: RequestFlag.SEAL
+ALLOW_UNSEALED = 0x0010  #: RequestFlag.ALLOW_UNSEALED
+#: Constants every chain gathers from (one shared buffer per connection).
+CONSTS = {"k_hdr": bytes([1, 0x20, 0, 0]), "k_zero": bytes(8), "k_valid": b"\x00\x01",
+          "k_ones": b"\xff" * 8}
+REQ_LEN = 40  #: header (24) + Data Descriptor (16)
+#: Octet of the entry Read's arm word the CPU presets to 01 only while the connection's
+#: session is established (after HELLO, before GOODBYE): without the entry Read every
+#: entry marker fails (``w`` is preset to all ones), so no variant can arm.
+SESSION_OCTET = 1
+
+# Request layout (FORMATS.md "Common header", "Descriptors")
+RID, HANDLE, GEN_STATUS, DD_STAG, DD_TO, DD_LEN = 4, 12, 20, 24, 28, 36
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """What the constants in a chain depend on."""
+
+    block_size: int = 4096
+    max_inline: int = 4096
+    table_block: tuple[int, int] = (0x4000, 8)  #: (base, bits): handles the table key covers
+    load_block: tuple[int, int] = (0x4000, 8)  #: handles this connection may LOAD
+    own_block: tuple[int, int] = (0x4000, 4)  #: handles this connection may store to
+    ring_slots: int = 8  #: N, slots of the ring the connection allocates from
+    #: a LOAD re-reads the entry after the data (decision O3); False where the target
+    #: returns a freed block only once no chain can still read it (chains v2, C13)
+    seqlock: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One fast path of the per-credit chain."""
+
+    name: str  #: "load", "store_inline", "store_read", "alloc_inline", "alloc_read"
+    op: str  #: "LOAD", "STORE", "ALLOC_STORE"
+    opcode: int
+    flags: int  #: flags the fast path accepts ...
+    flags_free: int  #: ... with these bits free to vary
+    inline: bool
+    about: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("load", "LOAD", 0x10, 0x0000, 0x0018, False,
+            "LOAD, flags 0 or ALLOW_UNSEALED [| INVALIDATE], of a full block, sealed "
+            "(or VALID only, with ALLOW_UNSEALED)"),
+    Variant("store_inline", "STORE", 0x11, 0x0001, 0x0002, True,
+            "STORE, INLINE [| SEAL], of a full block"),
+    Variant("store_read", "STORE", 0x11, 0x0000, 0x000A, False,
+            "STORE, RDMA Read source, flags 0 [| SEAL] [| INVALIDATE], of a full block"),
+    Variant("alloc_inline", "ALLOC_STORE", 0x12, 0x0001, 0x0002, True,
+            "ALLOC_STORE, INLINE [| SEAL], of a full block"),
+    Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x000A, False,
+            "ALLOC_STORE, RDMA Read source, flags 0 [| SEAL] [| INVALIDATE], of a full "
+            "block"),
+)}
+#: Operation name (CLI) -> variants.
+OPERATIONS: dict[str, tuple[str, ...]] = {
+    "LOAD": ("load",),
+    "STORE": ("store_inline", "store_read"),
+    "STORE-INLINE": ("store_inline",),
+    "STORE-READ": ("store_read",),
+    "ALLOC_STORE": ("alloc_inline", "alloc_read"),
+    "ALLOC_STORE-INLINE": ("alloc_inline",),
+    "ALLOC_STORE-READ": ("alloc_read",),
+}
+
+
+def msg_length(v: Variant, geo: Geometry) -> int:
+    """The octet count of a request the variant serves: header and Data Descriptor, plus
+    Block Size octets of inline data for INLINE variants."""
+    return REQ_LEN + (geo.block_size if v.inline else 0)
+
+
+def window8(compare: bytes, mask: bytes) -> tuple[bytes, bytes]:
+    """``compare`` and ``mask`` padded to an 8-octet condition window."""
+    return compare.ljust(8, b"\0"), mask.ljust(8, b"\0")
+
+
+def block_test(block: tuple[int, int], order: Order) -> tuple[bytes, bytes]:
+    """Compare/mask octets testing a handle (in ``order``) against an aligned block; the
+    top octet is tested too (it is dropped by the << 8 of the strided address)."""
+    base, bits = block
+    o: ByteOrder = "little" if order == "little" else "big"
+    mask = (M64 << bits) & M64
+    return base.to_bytes(8, o), mask.to_bytes(8, o)
