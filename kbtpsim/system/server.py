@@ -66,6 +66,7 @@ from kbtpsim.nic import (
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.qpstate import QpState
 from kbtpsim.system.cpu import CpuCosts, TargetCpu
+from kbtpsim.system.log_replay import ReadSource, replay
 from kbtpsim.system.results import Discard
 from kbtpsim.system.staging import Staging
 from kbtpsim.target import (
@@ -581,79 +582,5 @@ class SoftwareTargetServer:
                 yield env.timeout(1)
 
 
-#: ``read_source(connection_id, request, effect)``: the octets an RDMA Read of a store's
-#: source would have brought back (the initiator's buffer when it sent the request)
-ReadSource = Callable[[int, bytes, ReadInitiator], bytes]
-
-
-def replay(config: TargetConfig, log: list[tuple[Any, ...]],
-           read_source: ReadSource | None = None,
-           tickets: dict[int, int] | None = None) -> tuple[Target, list[Effect]]:
-    """Feed a server's :attr:`SoftwareTargetServer.log` into a fresh dict-backed
-    :class:`Target`: the reference for oracle checks. Returns it and all its effects.
-
-    Entries are applied in time order (their last element; a stable sort, so entries of
-    one instant keep the server's order): an offloaded server logs a request its NIC
-    served (``("nic", conn, request, time)``) when its CPU notices it, with the time the
-    NIC ran it. Such a request's RDMA Read of store data is answered at once with
-    ``read_source`` (the NIC read the initiator's buffer itself).
-
-    ``tickets`` (log index -> shared-ring Ticket the entry took) fixes the order of
-    allocations: a Ticket is an allocation's linearisation point, and the NIC's FetchAdds
-    and the CPU's allocations interleave closer than any timestamp tells. The entries
-    that took Tickets keep their places in the time order, filled in Ticket order."""
-    ref = Target(config)
-    out: list[Effect] = []
-    # The server's target numbers its RDMA Reads 1, 2, 3, ... (Target issues tokens in
-    # order) and only for requests its CPU handled; the reference also issues tokens for
-    # NIC-served stores. The k-th Read of a CPU-handled request is the server's token k.
-    tokens: dict[int, int] = {}
-
-    def note(effects: list[Effect]) -> list[Effect]:
-        for e in effects:
-            if isinstance(e, ReadInitiator):
-                tokens[len(tokens) + 1] = e.token
-        return effects
-
-    order = sorted(range(len(log)), key=lambda i: log[i][-1])
-    if tickets:
-        places = [k for k, i in enumerate(order) if i in tickets]
-        by_ticket = sorted((order[k] for k in places), key=lambda i: tickets[i])
-        for k, i in zip(places, by_ticket, strict=True):
-            order[k] = i
-    for index in order:
-        entry = log[index]
-        kind, now = entry[0], entry[-1]
-        if kind == "connect":
-            ref.connect(entry[1], now)
-        elif kind == "handle":
-            out += note(ref.handle(entry[1], entry[2], now))
-        elif kind == "nic":
-            effects = ref.handle(entry[1], entry[2], now)
-            while effects:
-                e = effects.pop(0)
-                if isinstance(e, ReadInitiator):
-                    if read_source is None:
-                        raise ValueError("replay: the log has NIC-served stores; give "
-                                         "read_source")
-                    effects += ref.complete_read(
-                        e.token, read_source(entry[1], entry[2], e), now)
-                else:
-                    out.append(e)
-        elif kind == "read":
-            out += note(ref.complete_read(tokens.get(entry[1], entry[1]), entry[2], now))
-        elif kind == "advance":
-            out += note(ref.advance(now))
-        elif kind == "quiesced":
-            out += note(ref.quiesced(entry[1], now))
-        elif kind == "fetch_add" and entry[1] in ref.connections:
-            # a ticket noticed after its session ended is not replayed
-            sess = ref.connections[entry[1]].initiator
-            if sess is not None and sess.direct is not None:
-                ref.remote_fetch_add(entry[1], sess.direct.head_stag, 0, now)
-        elif kind == "disconnect" and entry[1] in ref.connections:
-            out += note(ref.disconnect(entry[1], now))
-    return ref, out
-
-
-__all__ = ["REQUEST_OVERHEAD", "ServerConnection", "SoftwareTargetServer", "op_name", "replay"]
+__all__ = ["REQUEST_OVERHEAD", "ReadSource", "ServerConnection", "SoftwareTargetServer", "op_name",
+           "replay"]
