@@ -80,18 +80,31 @@ FENCED = frozenset({Opcode.RDMA_READ, Opcode.CAS, Opcode.FETCH_ADD, Opcode.MASKE
                     Opcode.MASKED_FETCH_ADD})
 
 
-def _ordered(g: nx.DiGraph, producer: str, consumer: str) -> bool:
-    """A path producer -> consumer with at least one edge that is not ``qp_order`` (a
-    ``fence`` edge counts only for a Read or atomic producer: a fence does not wait for
-    Writes)."""
-    after = nx.descendants(g, producer) | {producer}
-    before = nx.ancestors(g, consumer) | {consumer}
-    fence_ok = g.nodes[producer]["wr"].opcode in FENCED
-    return any(
-        a in after and b in before and g.edges[a, b]["kind"] is not EdgeKind.QP_ORDER
-        and (fence_ok or g.edges[a, b]["kind"] is not EdgeKind.FENCE)
-        for a, b in g.edges
-    )
+class _Reach:
+    """Reachability in one chain's graph, for the placed-before-use rule: descendants
+    and ancestors computed once per WR, the edges that order once per graph."""
+
+    def __init__(self, g: nx.DiGraph) -> None:
+        self.g = g
+        self._after: dict[str, set[str]] = {}
+        self._before: dict[str, set[str]] = {}
+        self._edges = [(a, b, k) for a, b, k in g.edges(data="kind")
+                       if k is not EdgeKind.QP_ORDER]
+
+    def ordered(self, producer: str, consumer: str) -> bool:
+        """A path producer -> consumer with at least one edge that is not ``qp_order`` (a
+        ``fence`` edge counts only for a Read or atomic producer: a fence does not wait
+        for Writes)."""
+        g = self.g
+        after = self._after.get(producer)
+        if after is None:
+            after = self._after[producer] = nx.descendants(g, producer) | {producer}
+        before = self._before.get(consumer)
+        if before is None:
+            before = self._before[consumer] = nx.ancestors(g, consumer) | {consumer}
+        fence_ok = g.nodes[producer]["wr"].opcode in FENCED
+        return any(a in after and b in before and (fence_ok or k is not EdgeKind.FENCE)
+                   for a, b, k in self._edges)
 
 
 def _held_back(chain: Chain, producer: str, consumer: str) -> bool:
@@ -297,7 +310,7 @@ def _check_compare_order(wr: WrTemplate, field: str, cond: CondSpec, who: str,
 def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
     """Every rule ``chain`` breaks on ``profile`` (an empty list: the chain is sound)."""
     out: list[Violation] = []
-    g = chain.graph
+    reach = _Reach(chain.graph)
     for wr in chain.wrs():
         _check_caps(chain, wr, profile, out)
         if wr.opcode in (Opcode.CAS, Opcode.FETCH_ADD, Opcode.MASKED_CAS,
@@ -323,7 +336,7 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
                 if p not in chain:
                     out.append(Violation(wr.name, rd.loc, "consistency",
                                          f"producer {p!r} is not in the chain"))
-                elif not _ordered(g, p, wr.name):
+                elif not reach.ordered(p, wr.name):
                     out.append(Violation(
                         wr.name, rd.loc, "placed-before-use",
                         f"{wr.name} reads {rd.loc} ({rd.about or 'data'}) at execution, "
