@@ -120,6 +120,9 @@ class ChainServer:
         self.chain = chain
         self.layout = layout
         self.credits = credits
+        #: every template's WR with its addresses zeroed (field offsets, armed control
+        #: words), built at the first credit
+        self._shapes: dict[str, WorkRequest] = {}
         self.table_key = table_key
         self.pool_key = pool_key
         self.ring = ring
@@ -540,7 +543,6 @@ class ChainServer:
             for arm in self.alloc_arms:
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
         # index assignment, then shapes (for field offsets), then the real WRs
-        self._shapes: dict[str, WorkRequest] = {}
         counters = {q: q.post_index for q in self.queues().values()}
         first_master = next((w.name for w in self.per_credit[Role.MASTER]), None)
         for w in self.templates:
@@ -551,9 +553,10 @@ class ChainServer:
             counters[q] += 1
             if self.cpu_slots and w.name == first_master:
                 counters[q] += self.BARRIER_WRS  # the previous credit's CPU slots (below)
-        for w in self.templates:
-            if w.role is not Role.RECV:
-                self._shapes[w.name] = self._build(cr, w, shape=True)
+        if not self._shapes:  # a shape depends on its template only (its wr_id is
+            for w in self.templates:  # neither encoded nor compared): built once
+                if w.role is not Role.RECV:
+                    self._shapes[w.name] = self._build(cr, w, shape=True)
         for role in (Role.WORKER, Role.CONN, Role.GATE, Role.MASTER):
             if role not in self.qps:
                 continue
