@@ -14,7 +14,8 @@ Modules (docs/chains.md has the designs, tables and measurements):
   :mod:`~kbtpsim.chains.lowering` (conditions as CAS-on-WQE, for cx5);
 * :mod:`~kbtpsim.chains.plan` -- per profile and byte order, which variants are offloaded
   (their chain verifies) and why the others go to the CPU;
-* :mod:`~kbtpsim.chains.post` -- :class:`ChainServer`, posting chains on the NIC model;
+* :mod:`~kbtpsim.chains.post` -- :class:`ChainServer`, posting chains on the NIC model
+  (with :mod:`~kbtpsim.chains.wr_build`: a template's fields resolved for one credit);
 * :mod:`~kbtpsim.chains.harness` -- initiator NIC + target NIC + CPU model + reference;
 * :mod:`~kbtpsim.chains.measure`, :mod:`~kbtpsim.chains.render`, :mod:`~kbtpsim.chains.cli`.
 
