@@ -736,3 +736,16 @@ class ChainServer(WrResolution):
                if c.wr_id != CPU_WR]  # an unused slot's NOP
         self._cpu_cqes.clear()
         return out
+
+
+#: with the wr_id layout and the credit record (kbtpsim.chains.wr_build), re-exported
+__all__ = [
+    "COMMIT_TAG",
+    "CPU_WR",
+    "ROLE_BITS",
+    "SESSION_OCTET",
+    "_LOC",
+    "ChainServer",
+    "Finished",
+    "_Credit",
+]

@@ -45,6 +45,7 @@ from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
 from kbtpsim.chains.quiesce import FreeQuiescence
+from kbtpsim.chains.recovery import ChainRecovery
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain, recycle_blockers
 from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
@@ -53,7 +54,7 @@ from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTa
 from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
 from kbtpsim.target.config import CounterMode
 from kbtpsim.target.layout import TargetLayout
-from kbtpsim.wire import AllocStore, DecodeError, Feature, RequestFlag, Store, decode
+from kbtpsim.wire import Feature
 
 Gen = Generator[simpy.Event, Any, Any]
 
@@ -62,12 +63,6 @@ KEPT_ON_CPU = "kept on the target CPU by the configuration (target.operations)"
 DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs take tickets "
                      "from its own ring (decision S1), the chains' ring is the shared one")
 UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serves it all"
-
-#: fallbacks.reasons of allocations a connection failure cut while their chain ran
-CUT_BY_FAILURE = ("the connection failed while its chain ran (the CPU undid the chain's "
-                  "writes and finished or returned the allocation, decision O5)")
-#: how long a failed connection's work requests get to drain once its QPs are stopped
-QUIESCE_PS = 1_000_000_000  # 1 ms
 
 #: CPU accounts that are not KBTP operations
 REFILL = "REFILL"  #: re-posting chains (per-WR posting and doorbells)
@@ -138,7 +133,7 @@ class _ChainConn:
     checked: int = -1
 
 
-class OffloadedTargetServer(FreeQuiescence, SoftwareTargetServer):
+class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer):
     """A KBTP target whose NIC runs the chains (see the module docstring).
 
     Arguments as :class:`SoftwareTargetServer`, plus ``refill_batch`` (re-post finished
@@ -411,122 +406,13 @@ class OffloadedTargetServer(FreeQuiescence, SoftwareTargetServer):
                     continue
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
             cc.wake = env.event()
-            cqe = env.event()  # one event for every CQ watched (CompletionQueue.notify)
-            cs.arm_wake(cqe)
-            events = [cqe, cc.wake]
+            woken = env.event()  # one event for every CQ watched (CompletionQueue.notify)
+            cs.arm_wake(woken)
+            events = [woken, cc.wake]
             if cs.cqes_in_flight():
                 events.append(env.timeout(max(1, cpu.poll_ps)))
             yield env.any_of(events)
         yield from self._recover(cc)
-
-    # ================================================================ failures
-    def after_close(self, conn: ServerConnection) -> None:
-        """The connection failed or was torn down (its QP is in the error state): its CPU
-        process lets nothing of its chains run on, salvages what they did
-        (:meth:`_recover`) and only then tells the target (``Target.disconnect``), as the
-        base server does (decision O5)."""
-        if conn.conn_id not in self._chain_conns:
-            super().after_close(conn)
-            return
-        self._kick()
-
-    def _recover(self, cc: _ChainConn) -> Gen:
-        """After a connection failure (decision O5): stop the chain QPs, wait until no work
-        request of the connection is in flight, salvage what the chains did
-        (:meth:`_salvage`), then disconnect in the target. A real server does the same
-        after the QP's asynchronous error event: ``ibv_modify_qp`` to ERR, drain the CQs,
-        read back its scratch memory."""
-        env, cpu, cs = self.env, self.cpu, cc.chains
-        if not cs.software:
-            cs.stop(int(env.now))
-            deadline = env.now + QUIESCE_PS
-            while True:
-                cc.orphans.extend(cs.poll(int(env.now)))
-                if cs.drained() or env.now >= deadline:
-                    break
-                yield env.timeout(max(100_000, cpu.poll_ps))
-            cc.orphans.extend(cs.poll(int(env.now)))
-            cs.take_cpu_cqes()  # the CPU's own slot WRs: flushed with the QP
-        if cc.orphans:
-            with cpu.request() as core:
-                yield core
-                for f in cc.orphans:
-                    yield from self._salvage(cc, f)
-                cc.orphans.clear()
-        yield from self.run_on_cpu(
-            "DISCONNECT", lambda now: self._call(("disconnect", cc.conn_id), now))
-
-    def _salvage(self, cc: _ChainConn, f: Finished) -> Gen:
-        """A credit of a failed connection that the CPU had not served (decision O5).
-
-        * Committed before the failure: noted as any NIC-served request (the target's
-          bookkeeping learns of it, as in :meth:`_serve_nic`).
-        * Otherwise the chain may have run part of its writes, out of order (the flushed
-          connection QP's CQEs satisfy its WAIT counts early). The CPU writes back the
-          table entry and the ring slot as the chain read them (``ChainServer.images``),
-          then:
-          - an ALLOC_STORE holding a Ticket (its FetchAdd on Head ran) is finished in
-            software with that Ticket (``finish_allocation``); the disconnect keeps it
-            (inline data) or returns its block to the ring (a Read source, whose data
-            cannot come any more), as the software target would;
-          - an inline STORE is served again in software (its data is in the request);
-          - anything else did nothing outside the chain's scratch memory and is
-            forgotten, as a request lost with its connection (a Read-source STORE's data
-            Read, if it ran, wrote the block: counted in ``salvaged``).
-
-        (Served before the failure implies its data Read, if any, succeeded: a failed
-        Read fails the connection QP at its CQE, so the later commit and Send come after
-        the failure.)"""
-        if f.served is not None:
-            self._tally("served before the failure")
-            yield from self._serve_nic(cc, f)
-            return
-        try:
-            msg = decode(f.request, self.config.addr_le)
-        except DecodeError:  # nothing (whole or well-formed) arrived: no chain test passed
-            return
-        assert self.layout is not None and cc.conn is not None
-        mem = self.nic.host.memory
-        entry_img, slot_img = cc.chains.images(f.credit)
-        op = op_name(f.request)
-        yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
-        if entry_img[:8] != b"\xff" * 8 and isinstance(msg, Store | AllocStore):
-            entry_addr = self.layout.entry_addr(msg.handle)
-            if mem.read(entry_addr, 16) != entry_img:
-                yield from self.cpu.spend(CHAIN, self.cpu.post_ps)
-                mem.write(entry_addr, entry_img)
-        if f.ticket is not None:
-            ring = self.target.shared_ring
-            slot_addr = self.layout.rings[0].slot_addr(ring.slot_offset_of(f.ticket))
-            consumed = slot_img[:4] + bytes(4) + b"\xff" * 8
-            if int.from_bytes(slot_img[:4], "big") == f.ticket & 0xFFFFFFFF and \
-                    slot_img[8:] != b"\xff" * 8 and mem.read(slot_addr, 16) == consumed:
-                mem.write(slot_addr, slot_img)  # Block Offset back: the slot unconsumed
-            self._salvaged("ALLOC_STORE", "allocation")
-            now = int(self.env.now)
-            self._log_allocation(cc, f.request, f.ticket, now if f.nic_time is None
-                                 else f.nic_time)
-            effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now,
-                                                    handover=False)
-            self._kick()
-            yield from self.carry_out(effects, "ALLOC_STORE")
-        elif isinstance(msg, Store) and msg.flags & RequestFlag.INLINE:
-            self._salvaged(op, "inline store")
-            effects = self.on_request(cc.conn, f.request, int(self.env.now))
-            yield from self.carry_out(effects, op)
-        elif isinstance(msg, Store):
-            self._tally("Read-source store")
-        else:
-            self._tally("forgotten")
-
-    def _salvaged(self, op: str, kind: str) -> None:
-        self._count(op, "cpu")
-        by_op = self.fallback_reasons.setdefault(op, {})
-        by_op[CUT_BY_FAILURE] = by_op.get(CUT_BY_FAILURE, 0) + 1
-        self._tally(kind)
-
-    def _tally(self, kind: str) -> None:
-        self.salvaged[kind] = self.salvaged.get(kind, 0) + 1
 
     def _take_early(self, cc: _ChainConn) -> list[Finished]:
         """The next request, if it has arrived and no chain variant can serve it (judged

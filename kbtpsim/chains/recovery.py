@@ -1,0 +1,158 @@
+"""A connection failure on the offloaded target (decision O5): the CPU stops the
+connection's chains, waits until nothing of them runs, and salvages what they did
+(:class:`ChainRecovery`, mixed into
+:class:`~kbtpsim.chains.server.OffloadedTargetServer`) before the target disconnects."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from kbtpsim.chains.post import Finished
+from kbtpsim.system.server import ServerConnection, SoftwareTargetServer, op_name
+from kbtpsim.wire import AllocStore, DecodeError, RequestFlag, Store, decode
+
+if TYPE_CHECKING:
+    from kbtpsim.chains.server import _ChainConn
+
+Gen = Generator[simpy.Event, Any, Any]
+
+#: fallbacks.reasons of allocations a connection failure cut while their chain ran
+CUT_BY_FAILURE = ("the connection failed while its chain ran (the CPU undid the chain's "
+                  "writes and finished or returned the allocation, decision O5)")
+#: how long a failed connection's work requests get to drain once its QPs are stopped
+QUIESCE_PS = 1_000_000_000  # 1 ms
+
+
+
+if TYPE_CHECKING:
+    _Base = SoftwareTargetServer
+else:
+    _Base = object
+
+
+class ChainRecovery(_Base):
+    """After-failure handling of the offloaded target (module docstring)."""
+
+    _chain_conns: dict[int, _ChainConn]
+    salvaged: dict[str, int]
+    fallback_reasons: dict[str, dict[str, int]]
+
+    if TYPE_CHECKING:
+        def _kick(self) -> None: ...
+        def _count(self, op: str, where: str) -> None: ...
+        def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen: ...
+        def _log_allocation(self, cc: _ChainConn, request: bytes, ticket: int,
+                            at: int) -> None: ...
+
+    def after_close(self, conn: ServerConnection) -> None:
+        """The connection failed or was torn down (its QP is in the error state): its CPU
+        process lets nothing of its chains run on, salvages what they did
+        (:meth:`_recover`) and only then tells the target (``Target.disconnect``), as the
+        base server does (decision O5)."""
+        if conn.conn_id not in self._chain_conns:
+            super().after_close(conn)
+            return
+        self._kick()
+
+    def _recover(self, cc: _ChainConn) -> Gen:
+        """After a connection failure (decision O5): stop the chain QPs, wait until no work
+        request of the connection is in flight, salvage what the chains did
+        (:meth:`_salvage`), then disconnect in the target. A real server does the same
+        after the QP's asynchronous error event: ``ibv_modify_qp`` to ERR, drain the CQs,
+        read back its scratch memory."""
+        env, cpu, cs = self.env, self.cpu, cc.chains
+        if not cs.software:
+            cs.stop(int(env.now))
+            deadline = env.now + QUIESCE_PS
+            while True:
+                cc.orphans.extend(cs.poll(int(env.now)))
+                if cs.drained() or env.now >= deadline:
+                    break
+                yield env.timeout(max(100_000, cpu.poll_ps))
+            cc.orphans.extend(cs.poll(int(env.now)))
+            cs.take_cpu_cqes()  # the CPU's own slot WRs: flushed with the QP
+        if cc.orphans:
+            with cpu.request() as core:
+                yield core
+                for f in cc.orphans:
+                    yield from self._salvage(cc, f)
+                cc.orphans.clear()
+        yield from self.run_on_cpu(
+            "DISCONNECT", lambda now: self._call(("disconnect", cc.conn_id), now))
+
+    def _salvage(self, cc: _ChainConn, f: Finished) -> Gen:
+        """A credit of a failed connection that the CPU had not served (decision O5).
+
+        * Committed before the failure: noted as any NIC-served request (the target's
+          bookkeeping learns of it, as in :meth:`_serve_nic`).
+        * Otherwise the chain may have run part of its writes, out of order (the flushed
+          connection QP's CQEs satisfy its WAIT counts early). The CPU writes back the
+          table entry and the ring slot as the chain read them (``ChainServer.images``),
+          then:
+          - an ALLOC_STORE holding a Ticket (its FetchAdd on Head ran) is finished in
+            software with that Ticket (``finish_allocation``); the disconnect keeps it
+            (inline data) or returns its block to the ring (a Read source, whose data
+            cannot come any more), as the software target would;
+          - an inline STORE is served again in software (its data is in the request);
+          - anything else did nothing outside the chain's scratch memory and is
+            forgotten, as a request lost with its connection (a Read-source STORE's data
+            Read, if it ran, wrote the block: counted in ``salvaged``).
+
+        (Served before the failure implies its data Read, if any, succeeded: a failed
+        Read fails the connection QP at its CQE, so the later commit and Send come after
+        the failure.)"""
+        if f.served is not None:
+            self._tally("served before the failure")
+            yield from self._serve_nic(cc, f)
+            return
+        try:
+            msg = decode(f.request, self.config.addr_le)
+        except DecodeError:  # nothing (whole or well-formed) arrived: no chain test passed
+            return
+        assert self.layout is not None and cc.conn is not None
+        mem = self.nic.host.memory
+        entry_img, slot_img = cc.chains.images(f.credit)
+        op = op_name(f.request)
+        from kbtpsim.chains.server import CHAIN  # (imports this module)
+
+        yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
+        if entry_img[:8] != b"\xff" * 8 and isinstance(msg, Store | AllocStore):
+            entry_addr = self.layout.entry_addr(msg.handle)
+            if mem.read(entry_addr, 16) != entry_img:
+                yield from self.cpu.spend(CHAIN, self.cpu.post_ps)
+                mem.write(entry_addr, entry_img)
+        if f.ticket is not None:
+            ring = self.target.shared_ring
+            slot_addr = self.layout.rings[0].slot_addr(ring.slot_offset_of(f.ticket))
+            consumed = slot_img[:4] + bytes(4) + b"\xff" * 8
+            if int.from_bytes(slot_img[:4], "big") == f.ticket & 0xFFFFFFFF and \
+                    slot_img[8:] != b"\xff" * 8 and mem.read(slot_addr, 16) == consumed:
+                mem.write(slot_addr, slot_img)  # Block Offset back: the slot unconsumed
+            self._salvaged("ALLOC_STORE", "allocation")
+            now = int(self.env.now)
+            self._log_allocation(cc, f.request, f.ticket, now if f.nic_time is None
+                                 else f.nic_time)
+            effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now,
+                                                    handover=False)
+            self._kick()
+            yield from self.carry_out(effects, "ALLOC_STORE")
+        elif isinstance(msg, Store) and msg.flags & RequestFlag.INLINE:
+            self._salvaged(op, "inline store")
+            effects = self.on_request(cc.conn, f.request, int(self.env.now))
+            yield from self.carry_out(effects, op)
+        elif isinstance(msg, Store):
+            self._tally("Read-source store")
+        else:
+            self._tally("forgotten")
+
+    def _salvaged(self, op: str, kind: str) -> None:
+        self._count(op, "cpu")
+        by_op = self.fallback_reasons.setdefault(op, {})
+        by_op[CUT_BY_FAILURE] = by_op.get(CUT_BY_FAILURE, 0) + 1
+        self._tally(kind)
+
+    def _tally(self, kind: str) -> None:
+        self.salvaged[kind] = self.salvaged.get(kind, 0) + 1
