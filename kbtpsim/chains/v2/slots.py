@@ -49,6 +49,9 @@ class SlotQueues(ChainServer):
         #: per-operation dispatch (kbtpsim.chains.v2.dispatch): per slot and variant its
         #: lane's CQ, sub-master and advancer
         self.variant_cqs = [{v: nic.create_cq(1 << 12) for v in subs} for _ in range(k)]
+        #: the slots' and variants' CQs, which the CPU polls
+        self.slot_chain_cqs = (*self.slot_cqs,
+                               *(cq for d in self.variant_cqs for cq in d.values()))
         self.masters = [qp(self.master_cq, n_master + self._barrier_wrs())
                         for _ in range(k)]
         self.sub_masters = [{v: qp(self.master_cq, n) for v, n in subs.items()}
@@ -215,17 +218,9 @@ class SlotQueues(ChainServer):
             wr_id=number << ROLE_BITS | 0x3FFE))
         self.wrs_posted += 1
 
-    def _chain_cqs(self) -> tuple[CompletionQueue, ...]:
-        """The slots' and variants' CQs (fixed once the queues exist)."""
-        cqs = self.__dict__.get("_chain_cq_list")
-        if cqs is None:
-            cqs = (*self.slot_cqs, *(cq for d in self.variant_cqs for cq in d.values()))
-            self.__dict__["_chain_cq_list"] = cqs
-        return cqs
-
     def _poll_chain(self) -> list[Cqe]:
         out: list[Cqe] = []
-        for cq in (*self._chain_cqs(), self.chain_cq):
+        for cq in (*self.slot_chain_cqs, self.chain_cq):
             if cq.pending:  # most CQs have nothing: skip the call
                 out.extend(cq.poll(1 << 12))
         return out
@@ -239,6 +234,7 @@ class SlotQueues(ChainServer):
     def cqes_in_flight(self) -> bool:
         if self.chain_cq.pending or self.recv_cq.pending:
             return True
-        return any(cq.pending for cq in self._chain_cqs())
+        return any(cq.pending for cq in self.slot_chain_cqs)
+
 
 __all__ = ["SlotQueues"]
