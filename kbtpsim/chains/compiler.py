@@ -158,7 +158,8 @@ class _Builder(VariantSteps, CasLowering):
         # --- step 1: patches and markers on the request ---
         self.patch("p_handle", "dispatch", 1, [self._handle_src()], "wqe:read_entry.raddr",
                    "Block Handle << 8 (stride 256)", ro, ("recv",), self._shift_at())
-        need_dd = [v for v in self.variants if v.name in ("load", "store_read", "alloc_read")]
+        need_dd = [v for v in self.variants if v.name in ("load", "store_read", "alloc_read")
+                   and not self._load_direct(v)]  # C15's LOAD patches it in step 2
         for v in need_dd:
             target = {"load": "load_write", "store_read": "sr_read",
                       "alloc_read": "ar_read"}[v.name]

@@ -30,6 +30,7 @@ import simpy
 from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET, VARIANTS
 from kbtpsim.chains.ir import Addr, Chain, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
+from kbtpsim.chains.vocab import session_octets
 from kbtpsim.chains.wr_build import _LOC, COMMIT_TAG, CPU_WR, ROLE_BITS, WrResolution, _Credit
 from kbtpsim.nic import (
     Access,
@@ -69,6 +70,9 @@ class Finished:
     #: completion; None if no chain WR completed. The order in which a reference target
     #: must apply NIC-served requests (their linearisation points).
     nic_time: int | None = None
+    #: a Read-source request's data Read from the initiator completed (successfully,
+    #: before any failure of the connection) at this time: the data is in the block
+    data_read: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -102,9 +106,12 @@ class ChainServer(WrResolution):
         self.fa_heads = {i for i, w in enumerate(self.templates) if w.name.endswith("_fa_head")}
         #: the table-entry Read every variant's tests use (its sample time is a LOAD's
         #: linearisation point) and the STOREs' table-entry Writes, by position
+        #: (the LOAD's own Read instead where it has one: decision C15)
         self.entry_reads = {i for i, w in enumerate(self.templates)
-                            if w.part == "dispatch" and w.opcode is Opcode.RDMA_READ
-                            and w.remote_kind == "strided_table"}
+                            if w.name == "load_read"} or {
+            i for i, w in enumerate(self.templates)
+            if w.part == "dispatch" and w.opcode is Opcode.RDMA_READ
+            and w.remote_kind == "strided_table"}
         self.entry_writes = {i for i, w in enumerate(self.templates)
                              if w.opcode is Opcode.RDMA_WRITE and w.remote_kind == "strided_table"
                              and w.part in VARIANTS and VARIANTS[w.part].op == "STORE"}
@@ -125,6 +132,10 @@ class ChainServer(WrResolution):
         self.completion_sends = {i: w.part for i, w in enumerate(self.templates)
                                  if w.role is Role.CONN and w.part in VARIANTS
                                  and w.opcode in (Opcode.SEND, Opcode.SEND_WITH_INVALIDATE)}
+        #: Read-source requests' data Reads from the initiator, by position
+        self.data_reads = {i for i, w in enumerate(self.templates)
+                           if w.role is Role.CONN and w.opcode is Opcode.RDMA_READ
+                           and w.remote_kind == "initiator"}
         if self.alloc_arms and ring is None:
             raise ValueError("an ALLOC_STORE chain needs the ring's keys (ring=)")
         #: credits the CPU may still arm for ALLOC_STORE when it posts them: it sets this
@@ -336,6 +347,12 @@ class ChainServer(WrResolution):
             # Ticket never reads all ones with its Slot Offset); tests of an entry never
             # read fail, and a failed connection's salvage tells what ran (decision O5)
             fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
+            if name == "w_load":  # C15: Generation, Status OK (0), Data Length, Flags A, B
+                fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x01" \
+                    + b"\xff" * (size - 12)
+            elif name == "au_load":  # C15: where ALLOW_UNSEALED scatters the entry Flags
+                fill = (bufs["w_load"] + 10).to_bytes(
+                    8, self.nic.profile.wqe_field_byte_order).ljust(size, b"\0")
             if name == "ct":
                 fill = CONSTS["k_hdr"] + bytes(size - 4)
             elif name in ("seq", "bo", "bo2"):  # slot Sequence / Block Offsets: unread
@@ -349,8 +366,9 @@ class ChainServer(WrResolution):
         number = self.posted
         slot = number % self.credits
         cr = _Credit(number, self._init_buffers(slot))
-        if self.session and "arm_read" in cr.bufs:
-            self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET, b"\x01")
+        if self.session:
+            for at in session_octets(cr.bufs):
+                self.nic.host.memory.write(at, b"\x01")
         if self.alloc_arms and self.alloc_budget > 0:  # quota: allow one ALLOC_STORE
             self.alloc_budget -= 1
             cr.alloc_armed = True
@@ -485,6 +503,9 @@ class ChainServer(WrResolution):
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
                 cr.entry_write_time = c.time
+            elif (c.wr_id & 0x3FFF in self.data_reads and c.opcode is WcOpcode.RDMA_READ
+                  and c.status is WcStatus.SUCCESS):
+                cr.data_read_time = c.time
         out = []
         while self.finished in self.live:
             cr = self.live[self.finished]
@@ -521,8 +542,19 @@ class ChainServer(WrResolution):
 
     def drained(self) -> bool:
         """Every work request posted on the connection's QPs has completed (with success
-        or flushed): nothing of the chains writes memory any more."""
-        return all(qp.retired >= qp.post_index for qp in self.queues().values())
+        or flushed) and every memory write the NIC issued for them (a responder's
+        placement or atomic result, a Read response) is visible: nothing of the chains
+        writes memory any more."""
+        return all(qp.retired >= qp.post_index for qp in self.queues().values()) \
+            and self.responders_idle()
+
+    def responders_idle(self) -> bool:
+        """No packet of the connection's QPs waits or is being handled, and their NIC's
+        memory writes for them have landed (a loopback atomic accepted just before the
+        QP failed still writes its result: decision O5)."""
+        now = self.nic.env.now
+        return all(not qp.rxq and qp.rx_msg is None and qp.dma_until < now
+                   for qp in self.queues().values())
 
     def images(self, credit: int) -> tuple[bytes, bytes]:
         """What the credit's chain read before it wrote anything (octets as in memory):
@@ -572,8 +604,11 @@ class ChainServer(WrResolution):
             ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
             if served is None and self.failed_at is None:
                 self.slot_not_ready += 1
+        read = cr.data_read_time
+        if read is not None and self.failed_at is not None and read >= self.failed_at:
+            read = None
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
-                        self._effect_time(cr))
+                        self._effect_time(cr), read)
 
     def unfinished(self, now: int) -> list[Finished]:
         """After :meth:`stop` and :meth:`drained`: the credits whose request arrived but
@@ -633,10 +668,10 @@ class ChainServer(WrResolution):
         MALFORMED, request before HELLO)."""
         self.session = established
         for n, cr in self.live.items():
-            if n > after and "arm_read" in cr.bufs:
-                self.nic.host.memory.write(cr.bufs["arm_read"] + SESSION_OCTET,
-                                           b"\x01" if established else b"\x00")
-                self.mmio_writes += self.device_memory
+            if n > after:
+                for at in session_octets(cr.bufs):
+                    self.nic.host.memory.write(at, b"\x01" if established else b"\x00")
+                    self.mmio_writes += self.device_memory
 
     def sync_credits(self, after: int, established: bool, allowed: int,
                      keep_disarmed: set[int] | frozenset[int] = frozenset()) -> None:

@@ -12,6 +12,7 @@ import simpy
 
 from kbtpsim.chains.post import Finished
 from kbtpsim.system.server import ServerConnection, SoftwareTargetServer, op_name
+from kbtpsim.target.effects import Effect, ReadInitiator
 from kbtpsim.wire import AllocStore, DecodeError, RequestFlag, Store, decode
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class ChainRecovery(_Base):
                                  else f.nic_time)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now,
                                                     handover=False)
+            effects = self._data_already_read(f, effects, now)
             self._kick()
             yield from self.carry_out(effects, "ALLOC_STORE")
         elif isinstance(msg, Store) and msg.flags & RequestFlag.INLINE:
@@ -147,6 +149,27 @@ class ChainRecovery(_Base):
             self._tally("Read-source store")
         else:
             self._tally("forgotten")
+
+    def _data_already_read(self, f: Finished, effects: list[Effect],
+                           now: int) -> list[Effect]:
+        """A Read-source ALLOC_STORE whose chain's data Read completed before the failure
+        has its data in the block already (the chain reads straight into it): the CPU
+        answers its own Read with those octets, as the software target would have had the
+        data arrived before the connection closed (the allocation completes, and the
+        disconnect keeps it). Otherwise the block holds octets the target never wrote
+        when it returns to the ring (decision O5)."""
+        if f.data_read is None:
+            return effects
+        for e in effects:
+            if isinstance(e, ReadInitiator):
+                block = self.target.read_block(e.token)
+                if block is None:
+                    return effects
+                assert self.layout is not None
+                data = self.nic.host.memory.read(self.layout.block_addr(block), e.length)
+                rest = [x for x in effects if x is not e]
+                return rest + self.target.complete_read(e.token, data, now)
+        return effects
 
     def _salvaged(self, op: str, kind: str) -> None:
         self._count(op, "cpu")

@@ -19,10 +19,12 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
     INVALIDATE,
+    LOAD_SESSION_OCTET,
     SEAL,
     Geometry,
     Variant,
@@ -30,6 +32,7 @@ from kbtpsim.chains.vocab import (
     msg_length,
     window8,
 )
+from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
@@ -43,6 +46,7 @@ class VariantSteps:
     ao: Order
     arm_producers: dict[str, list[str]]
     alt_producers: dict[str, list[str]]
+    lowering: str
 
     if TYPE_CHECKING:
         def add(self, wr: WrTemplate) -> WrTemplate: ...
@@ -85,15 +89,26 @@ class VariantSteps:
         # header, the descriptor and (INLINE) exactly Block Size octets of data, nothing
         # more; anything else (trailing octets, short or long inline data) -> CPU
         n_msg = msg_length(v, geo)
-        tests.append(("msg", "buf:bc", ("p_bc",),
+        direct = self._load_direct(v)
+        if direct:  # first on the lane; the byte count's test, on the CQE in host memory
+            # (its condition read holds the lane longest), last
+            self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
+                       "Block Handle << 8", ro, ("recv",), self._shift_at())
+        # the byte count is tested in step 3, on the device-memory copy p_bc made; the
+        # direct LOAD (C15) tests the CQE itself in step 1 (it waits for nothing common)
+        tests.append(("msg", f"buf:{RCQE}+{CQE_BYTE_CNT - 4}" if direct else "buf:bc",
+                      ("recv",) if direct else ("p_bc",),
                       bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
                       f"receive byte count = {n_msg} (CQE)"))
         for i, (tag, loc, prods, c, m, about) in enumerate(tests):
             name = f"m_{v.name}_{tag}"
-            # the byte count is tested in step 3, on the device-memory copy p_bc made
-            self.marker(name, v.name, 3 if tag == "msg" else 1, loc, prods, c, m, about,
-                        arm, i)
+            self.marker(name, v.name, 3 if tag == "msg" and not direct else 1, loc, prods,
+                        c, m, about, arm, i)
             self.arm_producers[v.name].append(name)
+
+    def _load_direct(self, v: Variant) -> bool:
+        """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""
+        return v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
 
     def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:
         slot = len(self.arm_producers[v.name])
@@ -102,24 +117,31 @@ class VariantSteps:
                     f"arm_{v.name}", slot, "big")
         self.arm_producers[v.name].append(name)
 
-    def _completion(self, v: Variant, name: str, step: int, length_src: Read,
-                    bo_loc: str, bo_producers: tuple[str, ...]) -> None:
+    def _completion(self, v: Variant, name: str, step: int, length_src: Read | None,
+                    bo_loc: str, bo_producers: tuple[str, ...],
+                    generation: Read | None = None, block_offset: tuple[Read, ...] = (),
+                    cond: CondSpec | None = None, patch_step: int = 1) -> None:
+        """The COMPLETION Send; ``generation`` (with ``length_src`` None: Generation,
+        Status and Data Length in one piece) and ``block_offset`` replace the pieces
+        read from the common entry Read."""
+        middle = (generation,) if length_src is None and generation is not None else (
+            generation or Read("buf:w+2", 2, ("read_entry",), "entry Generation"),
+            Read("buf:k_zero", 2, (), "Status OK"), length_src)
         gather = (
             Read("buf:ct", 20, ("recv",), "COMPLETION header: version 1, opcode, flags 0 "
                  "(preset), Request ID, Block Handle (received)"),
-            Read("buf:w+2", 2, ("read_entry",), "entry Generation"),
-            Read("buf:k_zero", 2, (), "Status OK"),
-            length_src,
-            Read(bo_loc, 12, bo_producers, "reserved 0 (preset), entry Block Offset"),
+            *[r for r in middle if r is not None],
+            *(block_offset or (Read(bo_loc, 12, bo_producers,
+                                    "reserved 0 (preset), entry Block Offset"),)),
         )
         n = len(self.arm_producers[v.name])
         send = self.add(WrTemplate(name, Role.CONN, Opcode.SEND, v.name, step,
-                                   gather=gather, cond=self.armed(v, n),
+                                   gather=gather, cond=cond or self.armed(v, n),
                                    note="COMPLETION (Send)"))
         if v.flags_free & INVALIDATE:
-            self._invalidate(v, send)
+            self._invalidate(v, send, patch_step)
 
-    def _invalidate(self, v: Variant, send: WrTemplate) -> None:
+    def _invalidate(self, v: Variant, send: WrTemplate, step: int = 1) -> None:
         """INVALIDATE (draft, "Completion"; T10): the COMPLETION goes out as a Send with
         Invalidate of the Data Descriptor's STag. In step 1, a patch copies the STag into
         the Send's invalidate key (control segment octets 12..15, as mlx5's SEND_INV carries
@@ -128,12 +150,12 @@ class VariantSteps:
         have INVALIDATE (the only bit under the mask). SEND and SEND_WITH_INVALIDATE have
         the same segments; the Send is held back (step >= 4) until both have landed."""
         tag = v.name
-        self.patch(f"p_inv_{tag}", v.name, 1, [("buf:dd", 4, "request[24:28] DD STag")],
+        self.patch(f"p_inv_{tag}", v.name, step, [("buf:dd", 4, "request[24:28] DD STag")],
                    f"wqe:{send.name}.imm", "DD STag (key to invalidate)", self.ro, ("recv",))
         flag = INVALIDATE.to_bytes(2, "big")  # Flags are big-endian (D3)
         dest = f"wqe:{send.name}.opcode"
         self.add(WrTemplate(
-            f"c_inv_{tag}", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+            f"c_inv_{tag}", Role.WORKER, Opcode.RDMA_WRITE, v.name, step,
             inline=bytes([Opcode.SEND_WITH_INVALIDATE]),
             fields={"raddr": Addr(dest), "rkey": Addr("key:rings")},
             places=(Place(dest, 1, "opcode SEND_WITH_INVALIDATE"),),
@@ -215,6 +237,9 @@ class VariantSteps:
         return Read(buf, 2, tuple(names), "new entry Flags: VALID, | SEALED if SEAL")
 
     def _v_load(self, v: Variant) -> None:
+        if self._load_direct(v):
+            self._v_load_direct(v)
+            return
         bs, ro = self.geo.block_size, self.ro
         self.patch("p_bo_load", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
                    "wqe:load_write.sge0.addr", "entry Block Offset", ro, ("read_entry",))
@@ -240,6 +265,89 @@ class VariantSteps:
                                                          "entry Data Length"),
                          "buf:bo", ("read_entry",))
         self._commit(v, send_step + 1)
+
+    def _v_load_direct(self, v: Variant) -> None:
+        """Chains v2's LOAD (decision C15): three steps after the receive instead of five.
+
+        1. the five request markers (the byte count on the receive CQE itself) and the
+           handle patch into the LOAD's own entry Read;
+        2. that Read, conditional on the arm word (the markers and the CPU's session
+           octet): it scatters the entry's first 8 octets into the LOAD's own word
+           ``w_load`` and its Block Offset straight into the data Write's local address
+           (no patch, no entry marker); behind it on the lane, the Data Descriptor and
+           INVALIDATE patches;
+        3. the data Write and the COMPLETION Send, each conditional on ``w_load``
+           (VALID|SEALED, Data Length = Block Size): a Read that did not run leaves
+           ``w_load`` as restored (Data Length all ones), which fails; then the commit
+           and release.
+
+        It waits for nothing of the common part, so per-operation dispatch runs it whole
+        right after the receive.
+
+        ALLOW_UNSEALED (draft, "Block Load" step 1; decision C10) without a second entry
+        test: the word the step-3 WRs test holds two Flags fields, ``A`` (``w_load+8``,
+        preset 0003) and ``B`` (``w_load+10``, preset 0001); the test wants ``A`` = 0003
+        and ``B`` = 0001 or 0003. The Read places the entry's Flags in ``A``; ``c_au_load``,
+        a step-1 patch run only if the request's Flags have ALLOW_UNSEALED, points that
+        scatter entry at ``B`` instead (it copies ``B``'s address, written at posting into
+        ``au_load``). So a sealed entry passes either way, a VALID unsealed one only with
+        the flag, anything else never."""
+        bs, ro = self.geo.block_size, self.ro
+        self.add(WrTemplate(
+            "c_au_load", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+            fields={"raddr": Addr("wqe:load_read.sge0.addr"), "rkey": Addr("key:rings")},
+            gather=(Read("buf:au_load", 8, (), "address of w_load+10 (set at posting)"),),
+            places=(Place("wqe:load_read.sge0.addr", 8,
+                          "the entry Flags' scatter address: w_load+10"),),
+            cond=self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED"),
+            remote_kind="loopback",
+            note="conditional patch: with ALLOW_UNSEALED the entry Flags go to w_load+10"))
+        n = len(self.arm_producers[v.name])
+        assert n == LOAD_SESSION_OCTET, "the LOAD's arm word: 5 markers, then the session"
+        armed = CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
+                              f"arm word of {v.name}"),
+                         *window8(GO * (n + 1), b"\xff" * (n + 1)),
+                         f"{v.name} armed (request tests), session established (CPU octet)")
+        self.add(WrTemplate(
+            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 2,
+            fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            # w_load: Generation, Status (0, preset), Data Length (the COMPLETION's order),
+            # then the Flags, so that one window holds Data Length and Flags
+            places=(Place("buf:w_load", 2, "entry[0:2] Flags (at +10: c_au_load)", "big", 8),
+                    Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
+                    Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
+                    Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
+            cond=armed, remote_kind="strided_table",
+            note="the LOAD's own entry Read (strided key): Block Offset into the data Write"))
+        self.patch("p_dd_load", v.name, 2,
+                   [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
+                    ("buf:dd", 4, "request[24:28] DD STag")],
+                   "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
+                   ("recv",), extra=(Place("wqe:load_write.rkey", 4, "DD STag", ro),))
+        entry = Read("buf:w_load+4", 8, ("load_read",),
+                     "the LOAD's entry Data Length, Flags (A, B)")
+        valid = CondSpec(entry, bs.to_bytes(4, "big") + b"\x00\x03\x00\x01",
+                         b"\xff" * 7 + b"\xfd",
+                         "entry VALID|SEALED (VALID with ALLOW_UNSEALED), Data Length = "
+                         "Block Size", "big")
+        self.add(WrTemplate(
+            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 3,
+            fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
+                    "rkey": Placed("p_dd_load", "DD STag", ro, "patch"),
+                    "sge0.addr": Placed("load_read", "entry Block Offset", ro, "entry"),
+                    "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
+            gather=(Read("pool", bs, (), "the block"),), cond=valid,
+            remote_kind="initiator", note="RDMA Write of the block to the initiator"))
+        self._completion(
+            v, "load_send", 3, None, "", (),
+            generation=Read("buf:w_load", 8, ("load_read",),
+                            "entry Generation, Status OK (preset), entry Data Length"),
+            block_offset=(Read("buf:k_zero", 4, (), "reserved 0"),
+                          Read("wqe:load_write.sge0.addr", 8, ("load_read",),
+                               "entry Block Offset (in the data Write's WQE)")),
+            cond=valid, patch_step=2)
+        self._commit(v, 4, valid)
 
     def _load_recheck(self, v: Variant, slot: int) -> None:
         """Seqlock (decision O3): after the data Write completed (the block has been read),
@@ -514,14 +622,15 @@ class VariantSteps:
     _v_alloc_inline = _alloc
     _v_alloc_read = _alloc
 
-    def _commit(self, v: Variant, step: int) -> None:
+    def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None:
         n = len(self.arm_producers[v.name])
+        cond = cond or self.armed(v, n)
         self.add(WrTemplate(
             f"commit_{v.name}", Role.WORKER, Opcode.RDMA_WRITE, "commit", step, inline=GO,
             fields={"raddr": Addr("buf:done"), "rkey": Addr("key:scratch")},
-            cond=self.armed(v, n), remote_kind="loopback",
+            cond=cond, remote_kind="loopback",
             note=f"{v.name} done on the NIC (its CQE tells the CPU)"))
         self.add(WrTemplate(
             f"release_{v.name}", Role.WORKER, Opcode.ENABLE, "commit", step,
             fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
-            cond=self.armed(v, n), note="release the next credit"))
+            cond=cond, note="release the next credit"))

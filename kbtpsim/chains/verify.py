@@ -24,6 +24,12 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
 ``consistency``
     A Placed source must name a producer that exists and declares that placement; a
     patched opcode octet must be an opcode with the posted WQE's segments.
+``guarded``
+    A variant's effects (its connection-QP WRs: data movement, COMPLETION; its commit and
+    release) run only if every request test of the variant passed: a conditional one
+    tests the variant's arm word with every octet a marker writes there, or a word that
+    only WRs so conditioned place (decision C15: the LOAD's data Write tests the entry its
+    own Read placed, a Read that runs only on a full arm word).
 ``cas-armed``
     CAS-on-WQE (RedN; decision C5): a WR posted *disarmed* (a NOP) must be armed by a CAS
     on its control word (its ``ctrl_word`` field placed by the CAS, so ``held-back``
@@ -42,7 +48,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from kbtpsim.chains.ir import Chain, CondSpec, EdgeKind, Placed, Role, WrTemplate
+from kbtpsim.chains.ir import Addr, Chain, CondSpec, EdgeKind, Placed, Role, WrTemplate
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode, _segments
 
@@ -354,7 +360,59 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
             _check_compare_order(wr, "cond_compare", cond, "a condition compares octets",
                                  out)
     _check_placement(chain, profile, out)
+    _check_guarded(chain, out)
     return out
+
+
+def _request_derived(chain: Chain, name: str) -> bool:
+    """``name`` places octets of the request only: the receive, or an unconditional WR
+    that gathers only such octets (the byte-count copy)."""
+    w = chain.wr(name)
+    if w.role is Role.RECV:
+        return True
+    return (w.cond is None and bool(w.gather) and all(
+        p in chain and p != name and _request_derived(chain, p)
+        for r in w.gather for p in r.producers))
+
+
+def _request_octets(chain: Chain) -> dict[str, set[int]]:
+    """Per arm word (``buf:arm_V``), the octets the markers of request tests write (at
+    fixed places; an alternative marker's patched place is not one)."""
+    out: dict[str, set[int]] = {}
+    for w in chain.wrs():
+        r = w.fields.get("raddr")
+        if (w.role is Role.WORKER and w.opcode is Opcode.RDMA_WRITE and w.cond is not None
+                and isinstance(r, Addr) and r.ref.startswith("buf:arm_")
+                and w.cond.word.producers and all(
+                    p in chain and _request_derived(chain, p)
+                    for p in w.cond.word.producers)):
+            out.setdefault(r.ref, set()).add(r.offset)
+    return out
+
+
+def _check_guarded(chain: Chain, out: list[Violation]) -> None:
+    """Rule ``guarded``: an effect of a variant (a connection-QP WR, its commit or
+    release) conditional on a data word rather than on an arm word (decision C15: the
+    LOAD's data Write tests the entry its own Read placed) runs only if every WR placing
+    that word is conditional on the variant's arm word with every request test's
+    octet."""
+    arms = _request_octets(chain)
+    for w in chain.wrs():
+        effect = w.role is Role.CONN or (w.part == "commit" and w.role is Role.WORKER)
+        if not effect or w.cond is None or w.cond.word.loc.startswith(("buf:arm", "wqe:")):
+            continue
+        producers = [chain.wr(p) for p in w.cond.word.producers if p in chain]
+        bad = [p.name for p in producers
+               if p.cond is None or p.cond.word.loc not in arms
+               or any(p.cond.mask[i] != 0xFF for i in arms[p.cond.word.loc])]
+        if bad or not producers:
+            out.append(Violation(
+                w.name, "cond", "guarded",
+                f"{w.name} tests {w.cond.word.loc} ({w.cond.about}), which "
+                + (f"{', '.join(bad)} place{'s' if len(bad) == 1 else ''} without "
+                   "testing every request marker of an arm word" if bad
+                   else "no WR places")
+                + ": the request's tests do not all hold back its effect"))
 
 
 def _check_placement(chain: Chain, profile: NicProfile, out: list[Violation]) -> None:

@@ -22,6 +22,18 @@ REQ_LEN = 40  #: header (24) + Data Descriptor (16)
 #: session is established (after HELLO, before GOODBYE): without the entry Read every
 #: entry marker fails (``w`` is preset to all ones), so no variant can arm.
 SESSION_OCTET = 1
+#: Chains v2 (decision C15): a LOAD reads its own entry, conditional on its arm word,
+#: whose octet 5 (after its five request markers) is the CPU's session octet too.
+LOAD_SESSION_OCTET = 5
+
+
+def session_octets(bufs: dict[str, int]) -> list[int]:
+    """Where the CPU writes a credit's session octet (01 while the session is
+    established): the common entry Read's arm word and, with C15's LOAD, the LOAD's."""
+    out = [bufs["arm_read"] + SESSION_OCTET] if "arm_read" in bufs else []
+    if "w_load" in bufs:
+        out.append(bufs["arm_load"] + LOAD_SESSION_OCTET)
+    return out
 
 # Request layout (FORMATS.md "Common header", "Descriptors")
 RID, HANDLE, GEN_STATUS, DD_STAG, DD_TO, DD_LEN = 4, 12, 20, 24, 28, 36

@@ -55,6 +55,8 @@ class _Credit:
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
     entry_write_time: int | None = None  #: CQE time of a STORE's table-entry Write
     commit_time: int | None = None  #: CQE time of the variant's commit Write
+    #: CQE time of a Read-source request's data Read from the initiator (SUCCESS)
+    data_read_time: int | None = None
     #: the variant whose COMPLETION Send went out (a successful SEND CQE), and when
     sent: tuple[str, int] | None = None
     #: chains v2 with dispatch: the variant the request was dispatched to (None: none),

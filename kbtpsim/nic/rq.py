@@ -32,6 +32,7 @@ class RecvQueue:
 
     __slots__ = (
         "_rq_sig",
+        "dma_until",
         "placing",
         "placing_waiters",
         "rcqe_at",
@@ -64,6 +65,9 @@ class RecvQueue:
         self.placing = 0  #: rdmap: WRITE packets received but not yet placed
         self.placing_waiters: list[simpy.Event] = []
         self.rcqe_at = 0  #: time of the latest receive CQE (they are written in order)
+        #: when every memory write this QP's NIC issued for it (placements, atomic
+        #: results) is visible: a connection's recovery reads memory only after that
+        self.dma_until = 0
         self._rq_sig = Signal(self.env)
 
     # ------------------------------------------------------------------ software API

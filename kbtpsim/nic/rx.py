@@ -161,6 +161,8 @@ class RxSide(RecvQueue):
         nic = self.nic
         env = self.env
         visible = nic.pcie.write_visible(addr, len(data)) + extra_ps
+        if visible > self.dma_until:
+            self.dma_until = visible
         ev = env.timeout(visible - env.now)
         if then is None:
             ev.callbacks.append(lambda _e: nic.store(addr, data))
@@ -323,6 +325,8 @@ class RxSide(RecvQueue):
         read = nic.pcie.read_done(addr, 8, pkt, computed)
         locks[slot] = read + nic.pcie.xfer_ps(8)
         resp = Packet(PktKind.ATOMIC_RESP, pkt.seq, total=8)
+        if read > self.dma_until:  # its result's write is issued then (rmw, below)
+            self.dma_until = read
         resp.ready = ev = env.timeout(read - env.now)
 
         def rmw(_e: simpy.Event) -> None:

@@ -74,9 +74,11 @@ def resolve_profile(name: str) -> NicProfile:
     return get_profile(name)
 
 
-def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a") -> Any:
+def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a",
+             seqlock: bool = True) -> Any:
     """The :class:`~kbtpsim.chains.plan.ConnectionPlan` a campaign's ``initiator`` gets on
-    ``profile`` (ADDR_LE: the server's default for the profile if None)."""
+    ``profile`` (ADDR_LE: the server's default for the profile if None; ``seqlock``
+    False: as chains v2 plan it, decision C13)."""
     from kbtpsim.chains.layout import ChainLayout
     from kbtpsim.chains.plan import plan_connection
     from kbtpsim.target.layout import TargetLayout
@@ -88,7 +90,7 @@ def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a") ->
                                                         trust_domain=d)
                                         for i, (n, b, d, q) in enumerate(INITIATORS)))
     lay = ChainLayout.of(TargetLayout.plan(cfg, 1 << 40), cfg)
-    return plan_connection(prof, cfg, lay, initiator)
+    return plan_connection(prof, cfg, lay, initiator, seqlock=seqlock)
 
 
 @dataclass(frozen=True)

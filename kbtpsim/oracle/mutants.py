@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kbtpsim.chains.compiler import VARIANTS, build_chain
+from kbtpsim.chains.compiler import VARIANTS, Geometry, build_chain
 from kbtpsim.chains.ir import Addr, Chain, Const, Read, Role, WrTemplate
+from kbtpsim.chains.plan import lowering_for
 from kbtpsim.chains.v2.recycle import CountField, RecyclePlan
 from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
@@ -104,6 +105,11 @@ def swap_length_offset(chain: Chain) -> None:
                   "COMPLETION Send")
     for w in sends:
         g = list(w.gather)
+        if g[1].loc == "buf:w_load":  # C15's LOAD: Generation, Status, Data Length in one
+            gs = replace(g[1], length=4, about="entry Generation, Status OK")
+            dl = replace(g[1], loc="buf:w_load+4", length=4, about="entry Data Length")
+            w.gather = (g[0], gs, *g[2:], dl)
+            continue
         i = next(k for k, r in enumerate(g) if r.length == 4 and "Data Length" in r.about)
         j = next(k for k, r in enumerate(g) if r.length == 12)
         g[i], g[j] = g[j], g[i]
@@ -189,6 +195,23 @@ def skip_sealed(chain: Chain) -> None:
         mask = bytearray(w.cond.mask)
         mask[1] &= ~0x02  # Flags octet 1: SEALED (0x0002) no longer tested
         w.cond = replace(w.cond, mask=bytes(mask))
+
+
+def v2_load_skip_sealed(chain: Chain) -> None:
+    """Chains v2's direct LOAD (decision C15): the ALLOW_UNSEALED redirect runs whatever
+    the request's Flags, so an unsealed block is loaded without ALLOW_UNSEALED."""
+    for w in _need(_wrs(chain, lambda w: w.name == "c_au_load"), "direct LOAD's redirect"):
+        _always(w)
+
+
+def v2_load_skip_entry(chain: Chain) -> None:
+    """Chains v2's direct LOAD (decision C15): the data Write, the COMPLETION, the
+    commit and the release test the entry's Data Length only, not its Flags: an entry
+    that is not VALID is loaded."""
+    for w in _need(_wrs(chain, lambda w: w.cond is not None
+                        and w.cond.word.loc == "buf:w_load+4"), "direct LOAD entry test"):
+        assert w.cond is not None
+        w.cond = replace(w.cond, mask=b"\xff" * 4 + bytes(4))
 
 
 def skip_length(chain: Chain) -> None:
@@ -387,6 +410,12 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "block to the ring at once, while another connection's LOAD chain, which does "
            "not re-read the entry, may still read the block (decision C13)",
            chains="v2", scenario=_load_during_free),
+    Mutant("v2-load-skip-sealed", v2_load_skip_sealed, "chains v2: the direct LOAD "
+           "takes an unsealed entry without ALLOW_UNSEALED (its Flags redirect always "
+           "runs, decision C15)", mix="race", chains="v2"),
+    Mutant("v2-load-skip-entry", v2_load_skip_entry, "chains v2: the direct LOAD does "
+           "not test the entry's Flags (VALID, SEALED), only its Data Length",
+           mix="race", chains="v2"),
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),
@@ -422,7 +451,8 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
                                                             server.master.sq_depth),
                              plan.modified)
     base = build_chain(prof.wqe_field_byte_order != "big",
-                       prof.atomic_byte_order)  # type: ignore[arg-type]
+                       prof.atomic_byte_order,  # type: ignore[arg-type]
+                       Geometry(seqlock=m.chains != "v2"), lowering=lowering_for(prof))
     mutated = copy.deepcopy(base)
     m.transform(mutated)
     before = {(v.rule, v.wr, v.field) for v in verify(base, prof)}
@@ -433,7 +463,7 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
 def applicable(m: Mutant, profile: str | None = None) -> bool:
     """Whether ``m`` changes anything in the chains a campaign's initiator gets on
     ``profile`` (default: the mutant's own)."""
-    plan = plan_for(profile or m.profile)
+    plan = plan_for(profile or m.profile, seqlock=m.chains != "v2")
     if not plan.offloaded:
         return False
     if isinstance(m.transform, V2Mutation):

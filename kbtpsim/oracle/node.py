@@ -58,8 +58,8 @@ class V2Mutation:
 def key_wrs(templates: list[WrTemplate]) -> dict[str, dict[str, str]]:
     """Per variant, the WRs whose finish times are the linearisation points, found by
     part, opcode and remote kind (never by position): ``point`` (the table read of a
-    LOAD, the table write of a STORE), ``ticket`` and ``slot`` (an ALLOC_STORE's
-    FetchAdd on Head and its slot Read)."""
+    LOAD: its own where it has one, decision C15; the table write of a STORE),
+    ``ticket`` and ``slot`` (an ALLOC_STORE's FetchAdd on Head and its slot Read)."""
     out: dict[str, dict[str, str]] = {}
     entry_read = next((w.name for w in templates if w.part == "dispatch"
                        and w.opcode is Opcode.RDMA_READ and w.remote_kind == "strided_table"),
@@ -69,8 +69,10 @@ def key_wrs(templates: list[WrTemplate]) -> dict[str, dict[str, str]]:
         if not mine:
             continue
         keys: dict[str, str] = {}
-        if spec.op == "LOAD" and entry_read is not None:
-            keys["point"] = entry_read
+        own_read = [w.name for w in mine if w.opcode is Opcode.RDMA_READ
+                    and w.remote_kind == "strided_table"]  # chains v2's LOAD (C15)
+        if spec.op == "LOAD" and (own_read or entry_read is not None):
+            keys["point"] = own_read[0] if own_read else entry_read  # type: ignore[assignment]
         elif spec.op == "STORE":
             upd = [w.name for w in mine if w.opcode is Opcode.RDMA_WRITE
                    and w.remote_kind == "strided_table"]

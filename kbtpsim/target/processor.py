@@ -269,6 +269,12 @@ class Target(Validation, DirectAccess):
         self._pump(now, out)
         return out
 
+    def read_block(self, token: int) -> int | None:
+        """The block a pending Read-source ALLOC_STORE's data goes to (None for a STORE,
+        or no such Read)."""
+        pending = self._reads.get(token)
+        return None if pending is None else pending.block
+
     def complete_read(self, token: int, data: bytes, now: int) -> list[Effect]:
         """The RDMA Read data a :class:`ReadInitiator` effect asked for."""
         pending = self._reads.pop(token, None)

@@ -33,6 +33,9 @@ KINDS = {
     "v2-dispatch-stale-advance": {"connection", "completion", "missing", "load-data"},
     # chains v2: a FREE's block back in the ring while a LOAD chain still reads it (C13)
     "v2-no-quiesce": {"load-data"},
+    # chains v2: the LOAD's own entry test (C15)
+    "v2-load-skip-sealed": {"completion", "load-data"},
+    "v2-load-skip-entry": {"completion", "load-data"},
 }
 
 

@@ -49,7 +49,16 @@ from dataclasses import replace
 import networkx as nx
 
 from kbtpsim.chains.compiler import VARIANTS
-from kbtpsim.chains.ir import Addr, Chain, CondSpec, Const, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.ir import (
+    Addr,
+    Chain,
+    CondSpec,
+    Const,
+    EdgeKind,
+    Placed,
+    Role,
+    WrTemplate,
+)
 from kbtpsim.chains.v2.lanes import requeue
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
@@ -171,6 +180,12 @@ def split_variants(chain: Chain) -> Chain:
         return any(chain.wr(p).role is Role.WORKER and variant_of(chain.wr(p)) is None
                    for p in g.predecessors(w.name))
 
+    def reads_common(w: WrTemplate) -> bool:
+        """``w`` reads octets a common worker WR places (a gather, its condition word,
+        a placed field)."""
+        return any(p in chain and chain.wr(p).role is Role.WORKER
+                   and variant_of(chain.wr(p)) is None for p in _data_producers(w))
+
     sub: dict[str, list[WrTemplate]] = {}
     a_end: dict[str, int] = {}  # variant -> sub-master WRs in its phase A
     for v in variants:
@@ -178,9 +193,12 @@ def split_variants(chain: Chain) -> Chain:
         conn = [w for w in mine[v] if w.role is Role.CONN]
         steps = _steps(work + conn)
         a_steps: list[int] = []
+        #: a variant that reads nothing of the common part (C15's LOAD) runs whole in
+        #: phase A, right after the receive: it has no dispatch B
+        whole = not any(reads_common(w) for w in work + conn)
         for s in steps:  # phase A: first steps that read nothing of the common part
-            if s > last_common or any(producers_common(w) for w in work + conn
-                                      if w.step == s):
+            if not whole and (s > last_common or any(producers_common(w)
+                                                     for w in work + conn if w.step == s)):
                 break
             a_steps.append(s)
         seq_v: list[WrTemplate] = []
@@ -212,13 +230,15 @@ def split_variants(chain: Chain) -> Chain:
                         f"release {v}'s step {s} on the {what}")
                 rel[e.name] = [w.name for w in ws]
                 seq_v.append(e)
-            if a_steps and s == a_steps[-1]:
+            if a_steps and s == a_steps[-1] and not whole:
                 a_end[v] = len(seq_v)
         n_adv = sum(1 for w in seq_v if is_private(_target(w))) + 1 + (
-            2 if v in a_end else 1)  # + its own ENABLE, the dispatch ENABLE(s)
+            1 if whole else 2 if v in a_end else 1)  # + its own ENABLE, the dispatch(es)
         seq_v.append(_wr(f"advance_{v}", v, steps[-1], Opcode.ENABLE, f"qp:adv@{v}",
                          Const(n_adv, f"{v}'s advancer: one {v} round to its own counts"),
                          f"advance {v}'s private counts by one {v} round"))
+        if whole:
+            a_end[v] = len(seq_v)
         sub[v] = seq_v
     seq = [replace(chain.wr(n)) for n in ("wait_prev", "wait_recv")]
     for v in variants:
@@ -244,6 +264,8 @@ def split_variants(chain: Chain) -> Chain:
                            f"the common WRs of step {s} have completed"))
             waited = n
     for v in variants:
+        if a_end.get(v) == len(sub[v]):
+            continue  # dispatched whole in phase A
         d = _dispatch(v, "b", conds[v], sub[v][-1].name, last_common)
         rel[d.name] = [w.name for w in sub[v][a_end.get(v, 0):]]
         seq.append(d)
@@ -267,6 +289,17 @@ def split_variants(chain: Chain) -> Chain:
             out.edge(a, b, d["kind"])
     out.notes.append(f"dispatch: {', '.join(variants)} each on its own sub-master, "
                      "dispatched by its header condition")
+    return out
+
+
+def _data_producers(w: WrTemplate) -> set[str]:
+    """The WRs whose placements ``w`` reads when it executes."""
+    out = {p for r in w.gather for p in r.producers}
+    if w.cond is not None:
+        out.update(w.cond.word.producers)
+        if w.cond.compare_source is not None:
+            out.add(w.cond.compare_source.producer)
+    out.update(f.producer for f in w.fields.values() if isinstance(f, Placed))
     return out
 
 

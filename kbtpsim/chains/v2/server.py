@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout, RingKeys
-from kbtpsim.chains.post import _LOC, CPU_WR, SESSION_OCTET, Finished, _Credit
+from kbtpsim.chains.post import _LOC, CPU_WR, Finished, _Credit
 from kbtpsim.chains.v2.advance import AdvanceHook, post_advancers
 from kbtpsim.chains.v2.dispatch import is_private
 from kbtpsim.chains.v2.recycle import (
@@ -42,6 +42,7 @@ from kbtpsim.chains.v2.recycle import (
     plan_recycle,
 )
 from kbtpsim.chains.v2.slots import SlotQueues
+from kbtpsim.chains.vocab import session_octets
 from kbtpsim.nic import (
     Access,
     MemoryRegion,
@@ -424,11 +425,11 @@ class RecyclingChainServer(SlotQueues):
         bufs = self._buffer_addrs(s)
         base = min(a for n, a in bufs.items() if n != "stg")
         mem = self.nic.host.memory
-        if "arm_read" in bufs and slot.session != self.session:
-            mem.write(slot.pristine + bufs["arm_read"] - base + SESSION_OCTET,
-                      b"\x01" if self.session else b"\x00")
+        if slot.session != self.session:
+            for at in session_octets(bufs):
+                mem.write(slot.pristine + at - base, b"\x01" if self.session else b"\x00")
+                self.mmio_writes += self.device_memory
             slot.session = self.session
-            self.mmio_writes += self.device_memory
         if self.alloc_arms and slot.armed != armed:  # only what changes is written
             for arm in self.alloc_arms:
                 mem.write(slot.pristine + bufs[arm] - base + 7, b"\x01" if armed
@@ -459,7 +460,8 @@ class RecyclingChainServer(SlotQueues):
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
                    for ctx in q.pending):
                 return False
-        return True
+        return self.responders_idle() and not self.recycler.rxq \
+            and self.recycler.dma_until < self.nic.env.now
 
     def stop(self, now: int) -> None:
         super().stop(now)

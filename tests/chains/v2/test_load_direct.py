@@ -1,0 +1,91 @@
+"""Chains v2's direct LOAD (decision C15): the LOAD reads its own table entry, conditional
+on its request markers, and tests that entry in the data Write and the COMPLETION; every
+case against the software target (``Harness.mismatches``), and its verifier rule
+``guarded`` with a broken chain."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kbtpsim.chains.compiler import build_chain
+from kbtpsim.chains.harness import Harness
+from kbtpsim.chains.plan import _order, lowering_for
+from kbtpsim.chains.v2 import prepare_chain
+from kbtpsim.chains.verify import verify
+from kbtpsim.chains.vocab import Geometry
+from kbtpsim.nic.profiles import get_profile
+from tests.chains.test_run import DATA, INL, SEAL, Req, served
+
+PROF = get_profile("ideal-be")
+AU = 0x0010  #: ALLOW_UNSEALED
+
+
+def _status(res, m) -> int:  # type: ignore[no-untyped-def]
+    return int.from_bytes(res.completions[m.request_id][22:24], "big")
+
+
+def _chain():  # type: ignore[no-untyped-def]
+    chain = build_chain(False, _order(PROF), Geometry(seqlock=False),
+                        lowering=lowering_for(PROF))
+    return prepare_chain("v2", chain, PROF)
+
+
+def test_v2_load_reads_its_own_entry() -> None:
+    """The LOAD's sub-chain has its own entry Read, conditional on its arm word; the data
+    Write and the COMPLETION test the entry that Read placed."""
+    ch = _chain()
+    read = ch.wr("load_read")
+    assert read.cond is not None and read.cond.word.loc == "buf:arm_load"
+    for name in ("load_write", "load_send", "commit_load"):
+        assert ch.wr(name).cond.word.loc == "buf:w_load+4", name
+    assert ch.wr("c_au_load").step == 1 and ch.wr("c_au_load").cond is not None
+    assert verify(ch, PROF) == []
+
+
+@pytest.mark.parametrize("inv", [False, True], ids=["plain", "invalidate"])
+def test_sealed_unsealed_and_allow_unsealed_equal_software(inv: bool) -> None:
+    """Sealed: every LOAD on the NIC. Unsealed: with ALLOW_UNSEALED on the NIC (the Flags
+    scatter redirected by ``c_au_load``), without it the CPU answers NOT_SEALED; an
+    unbound handle (NOT_VALID) and a short Data Descriptor (TOO_LARGE) go to the CPU.
+    Several rounds per slot, so the redirect is restored before the next request."""
+    h = Harness("ideal-be", False, credits=2, chains="v2")
+    r = Req(h, inv)
+    msgs = [r.alloc(0x4001), r.alloc(0x4002, DATA[::-1], INL),  # sealed, unsealed
+            r.load(0x4001, 0, flags=AU), r.load(0x4002, 8192, flags=AU),
+            r.load(0x4002, 16384), r.load(0x4001, 24576),
+            r.load(0x4003, 32768, flags=AU), r.load(0x4002, 40960, 512, flags=AU),
+            r.load(0x4002, 49152, flags=AU), r.load(0x4001, 57344)]
+    res = h.run(msgs)
+    assert h.mismatches() == []
+    assert [_status(res, m) for m in msgs] == [0, 0, 0, 0, 7, 0, 3, 8, 0, 0]
+    assert served(res, msgs) == ["alloc_inline", "alloc_inline", "load", "load", None,
+                                 "load", None, None, "load", "load"]
+
+
+def test_store_sealing_the_block_seen_by_the_next_load() -> None:
+    """A STORE with SEAL between two LOADs without ALLOW_UNSEALED: the first goes to the
+    CPU (NOT_SEALED), the second, after the seal, is served by the NIC."""
+    h = Harness("ideal-be", False, credits=2, chains="v2")
+    r = Req(h)
+    msgs = [r.alloc(0x4001, DATA, INL), r.load(0x4001, 0), r.store(0x4001, DATA[::-1],
+                                                                   INL | SEAL),
+            r.load(0x4001, 8192)]
+    res = h.run(msgs)
+    assert h.mismatches() == []
+    assert served(res, msgs) == ["alloc_inline", None, "store_inline", "load"]
+
+
+def test_guarded_rule_catches_an_entry_read_not_behind_the_markers() -> None:
+    """Rule ``guarded``: the data Write is conditional on a word the entry Read places, so
+    that Read must be conditional on every request marker. Drop one marker octet from
+    its mask and the verifier names it."""
+    ch = _chain()
+    read = ch.wr("load_read")
+    mask = bytearray(read.cond.mask)
+    mask[0] = 0
+    read.cond = replace(read.cond, mask=bytes(mask))
+    got = {(v.wr, v.rule) for v in verify(ch, PROF)}
+    assert {r for _, r in got} == {"guarded"}, got
+    assert {"load_write", "load_send"} <= {w for w, _ in got}, got
