@@ -19,12 +19,12 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.load_direct import DirectLoadSteps
 from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
     INVALIDATE,
-    LOAD_SESSION_OCTET,
     SEAL,
     Geometry,
     Variant,
@@ -36,7 +36,7 @@ from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
-class VariantSteps:
+class VariantSteps(DirectLoadSteps):
     """Mixed into the chain builder (:mod:`kbtpsim.chains.compiler`), which provides the
     chain, the geometry, the byte orders and the helpers used here."""
 
@@ -105,10 +105,6 @@ class VariantSteps:
             self.marker(name, v.name, 3 if tag == "msg" and not direct else 1, loc, prods,
                         c, m, about, arm, i)
             self.arm_producers[v.name].append(name)
-
-    def _load_direct(self, v: Variant) -> bool:
-        """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""
-        return v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
 
     def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:
         slot = len(self.arm_producers[v.name])
@@ -265,89 +261,6 @@ class VariantSteps:
                                                          "entry Data Length"),
                          "buf:bo", ("read_entry",))
         self._commit(v, send_step + 1)
-
-    def _v_load_direct(self, v: Variant) -> None:
-        """Chains v2's LOAD (decision C15): three steps after the receive instead of five.
-
-        1. the five request markers (the byte count on the receive CQE itself) and the
-           handle patch into the LOAD's own entry Read;
-        2. that Read, conditional on the arm word (the markers and the CPU's session
-           octet): it scatters the entry's first 8 octets into the LOAD's own word
-           ``w_load`` and its Block Offset straight into the data Write's local address
-           (no patch, no entry marker); behind it on the lane, the Data Descriptor and
-           INVALIDATE patches;
-        3. the data Write and the COMPLETION Send, each conditional on ``w_load``
-           (VALID|SEALED, Data Length = Block Size): a Read that did not run leaves
-           ``w_load`` as restored (Data Length all ones), which fails; then the commit
-           and release.
-
-        It waits for nothing of the common part, so per-operation dispatch runs it whole
-        right after the receive.
-
-        ALLOW_UNSEALED (draft, "Block Load" step 1; decision C10) without a second entry
-        test: the word the step-3 WRs test holds two Flags fields, ``A`` (``w_load+8``,
-        preset 0003) and ``B`` (``w_load+10``, preset 0001); the test wants ``A`` = 0003
-        and ``B`` = 0001 or 0003. The Read places the entry's Flags in ``A``; ``c_au_load``,
-        a step-1 patch run only if the request's Flags have ALLOW_UNSEALED, points that
-        scatter entry at ``B`` instead (it copies ``B``'s address, written at posting into
-        ``au_load``). So a sealed entry passes either way, a VALID unsealed one only with
-        the flag, anything else never."""
-        bs, ro = self.geo.block_size, self.ro
-        self.add(WrTemplate(
-            "c_au_load", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
-            fields={"raddr": Addr("wqe:load_read.sge0.addr"), "rkey": Addr("key:rings")},
-            gather=(Read("buf:au_load", 8, (), "address of w_load+10 (set at posting)"),),
-            places=(Place("wqe:load_read.sge0.addr", 8,
-                          "the entry Flags' scatter address: w_load+10"),),
-            cond=self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED"),
-            remote_kind="loopback",
-            note="conditional patch: with ALLOW_UNSEALED the entry Flags go to w_load+10"))
-        n = len(self.arm_producers[v.name])
-        assert n == LOAD_SESSION_OCTET, "the LOAD's arm word: 5 markers, then the session"
-        armed = CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
-                              f"arm word of {v.name}"),
-                         *window8(GO * (n + 1), b"\xff" * (n + 1)),
-                         f"{v.name} armed (request tests), session established (CPU octet)")
-        self.add(WrTemplate(
-            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 2,
-            fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch"),
-                    "rkey": Addr("key:table")},
-            # w_load: Generation, Status (0, preset), Data Length (the COMPLETION's order),
-            # then the Flags, so that one window holds Data Length and Flags
-            places=(Place("buf:w_load", 2, "entry[0:2] Flags (at +10: c_au_load)", "big", 8),
-                    Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
-                    Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
-                    Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
-            cond=armed, remote_kind="strided_table",
-            note="the LOAD's own entry Read (strided key): Block Offset into the data Write"))
-        self.patch("p_dd_load", v.name, 2,
-                   [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
-                    ("buf:dd", 4, "request[24:28] DD STag")],
-                   "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
-                   ("recv",), extra=(Place("wqe:load_write.rkey", 4, "DD STag", ro),))
-        entry = Read("buf:w_load+4", 8, ("load_read",),
-                     "the LOAD's entry Data Length, Flags (A, B)")
-        valid = CondSpec(entry, bs.to_bytes(4, "big") + b"\x00\x03\x00\x01",
-                         b"\xff" * 7 + b"\xfd",
-                         "entry VALID|SEALED (VALID with ALLOW_UNSEALED), Data Length = "
-                         "Block Size", "big")
-        self.add(WrTemplate(
-            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 3,
-            fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
-                    "rkey": Placed("p_dd_load", "DD STag", ro, "patch"),
-                    "sge0.addr": Placed("load_read", "entry Block Offset", ro, "entry"),
-                    "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
-            gather=(Read("pool", bs, (), "the block"),), cond=valid,
-            remote_kind="initiator", note="RDMA Write of the block to the initiator"))
-        self._completion(
-            v, "load_send", 3, None, "", (),
-            generation=Read("buf:w_load", 8, ("load_read",),
-                            "entry Generation, Status OK (preset), entry Data Length"),
-            block_offset=(Read("buf:k_zero", 4, (), "reserved 0"),
-                          Read("wqe:load_write.sge0.addr", 8, ("load_read",),
-                               "entry Block Offset (in the data Write's WQE)")),
-            cond=valid, patch_step=2)
-        self._commit(v, 4, valid)
 
     def _load_recheck(self, v: Variant, slot: int) -> None:
         """Seqlock (decision O3): after the data Write completed (the block has been read),

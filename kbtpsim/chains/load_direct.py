@@ -1,0 +1,143 @@
+"""Chains v2's LOAD that reads its own table entry (decision C15), mixed into
+:class:`~kbtpsim.chains.variants.VariantSteps`: with per-operation dispatch the LOAD's
+sub-master runs right after the receive, three dependent steps (request markers and the
+handle patch; the LOAD's own entry Read; the data Write and the COMPLETION Send, each
+testing the entry that Read placed), instead of waiting for the common part's entry Read
+and testing the entry with markers (draft, "Block Load" steps 1-3)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kbtpsim.chains.ir import (
+    Addr,
+    Chain,
+    CondSpec,
+    Const,
+    Order,
+    Place,
+    Placed,
+    Read,
+    Role,
+    WrTemplate,
+)
+from kbtpsim.chains.vocab import (
+    ALLOW_UNSEALED,
+    GO,
+    LOAD_SESSION_OCTET,
+    Geometry,
+    Variant,
+    window8,
+)
+from kbtpsim.nic.wqe import Opcode
+
+
+class DirectLoadSteps:
+    """The direct LOAD's WRs, on top of the builder's helpers."""
+
+    chain: Chain
+    geo: Geometry
+    ro: Order
+    arm_producers: dict[str, list[str]]
+    lowering: str
+
+    if TYPE_CHECKING:
+        def add(self, wr: WrTemplate) -> WrTemplate: ...
+        def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
+                  dest: str, what: str, order: Order, producers: tuple[str, ...],
+                  offset: int = 0, extra: tuple[Place, ...] = ()) -> None: ...
+        @staticmethod
+        def _flag_cond(flag: int, is_set: bool, about: str) -> CondSpec: ...
+        def _completion(self, v: Variant, name: str, step: int, length_src: Read | None,
+                        bo_loc: str, bo_producers: tuple[str, ...],
+                        generation: Read | None = None,
+                        block_offset: tuple[Read, ...] = (),
+                        cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
+        def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
+
+    def _load_direct(self, v: Variant) -> bool:
+        """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""
+        return v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
+
+    def _v_load_direct(self, v: Variant) -> None:
+        """Chains v2's LOAD (decision C15): three steps after the receive instead of five.
+
+        1. the five request markers (the byte count on the receive CQE itself) and the
+           handle patch into the LOAD's own entry Read;
+        2. that Read, conditional on the arm word (the markers and the CPU's session
+           octet): it scatters the entry's first 8 octets into the LOAD's own word
+           ``w_load`` and its Block Offset straight into the data Write's local address
+           (no patch, no entry marker); behind it on the lane, the Data Descriptor and
+           INVALIDATE patches;
+        3. the data Write and the COMPLETION Send, each conditional on ``w_load``
+           (VALID|SEALED, Data Length = Block Size): a Read that did not run leaves
+           ``w_load`` as restored (Data Length all ones), which fails; then the commit
+           and release.
+
+        It waits for nothing of the common part, so per-operation dispatch runs it whole
+        right after the receive.
+
+        ALLOW_UNSEALED (draft, "Block Load" step 1; decision C10) without a second entry
+        test: the word the step-3 WRs test holds two Flags fields, ``A`` (``w_load+8``,
+        preset 0003) and ``B`` (``w_load+10``, preset 0001); the test wants ``A`` = 0003
+        and ``B`` = 0001 or 0003. The Read places the entry's Flags in ``A``; ``c_au_load``,
+        a step-1 patch run only if the request's Flags have ALLOW_UNSEALED, points that
+        scatter entry at ``B`` instead (it copies ``B``'s address, written at posting into
+        ``au_load``). So a sealed entry passes either way, a VALID unsealed one only with
+        the flag, anything else never."""
+        bs, ro = self.geo.block_size, self.ro
+        self.add(WrTemplate(
+            "c_au_load", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+            fields={"raddr": Addr("wqe:load_read.sge0.addr"), "rkey": Addr("key:rings")},
+            gather=(Read("buf:au_load", 8, (), "address of w_load+10 (set at posting)"),),
+            places=(Place("wqe:load_read.sge0.addr", 8,
+                          "the entry Flags' scatter address: w_load+10"),),
+            cond=self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED"),
+            remote_kind="loopback",
+            note="conditional patch: with ALLOW_UNSEALED the entry Flags go to w_load+10"))
+        n = len(self.arm_producers[v.name])
+        assert n == LOAD_SESSION_OCTET, "the LOAD's arm word: 5 markers, then the session"
+        armed = CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
+                              f"arm word of {v.name}"),
+                         *window8(GO * (n + 1), b"\xff" * (n + 1)),
+                         f"{v.name} armed (request tests), session established (CPU octet)")
+        self.add(WrTemplate(
+            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 2,
+            fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:table")},
+            # w_load: Generation, Status (0, preset), Data Length (the COMPLETION's order),
+            # then the Flags, so that one window holds Data Length and Flags
+            places=(Place("buf:w_load", 2, "entry[0:2] Flags (at +10: c_au_load)", "big", 8),
+                    Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
+                    Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
+                    Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
+            cond=armed, remote_kind="strided_table",
+            note="the LOAD's own entry Read (strided key): Block Offset into the data Write"))
+        self.patch("p_dd_load", v.name, 2,
+                   [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
+                    ("buf:dd", 4, "request[24:28] DD STag")],
+                   "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
+                   ("recv",), extra=(Place("wqe:load_write.rkey", 4, "DD STag", ro),))
+        entry = Read("buf:w_load+4", 8, ("load_read",),
+                     "the LOAD's entry Data Length, Flags (A, B)")
+        valid = CondSpec(entry, bs.to_bytes(4, "big") + b"\x00\x03\x00\x01",
+                         b"\xff" * 7 + b"\xfd",
+                         "entry VALID|SEALED (VALID with ALLOW_UNSEALED), Data Length = "
+                         "Block Size", "big")
+        self.add(WrTemplate(
+            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 3,
+            fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
+                    "rkey": Placed("p_dd_load", "DD STag", ro, "patch"),
+                    "sge0.addr": Placed("load_read", "entry Block Offset", ro, "entry"),
+                    "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
+            gather=(Read("pool", bs, (), "the block"),), cond=valid,
+            remote_kind="initiator", note="RDMA Write of the block to the initiator"))
+        self._completion(
+            v, "load_send", 3, None, "", (),
+            generation=Read("buf:w_load", 8, ("load_read",),
+                            "entry Generation, Status OK (preset), entry Data Length"),
+            block_offset=(Read("buf:k_zero", 4, (), "reserved 0"),
+                          Read("wqe:load_write.sge0.addr", 8, ("load_read",),
+                               "entry Block Offset (in the data Write's WQE)")),
+            cond=valid, patch_step=2)
+        self._commit(v, 4, valid)
