@@ -21,14 +21,17 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
     LOAD_SESSION_OCTET,
     Geometry,
     Variant,
+    msg_length,
     window8,
 )
+from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
@@ -54,37 +57,47 @@ class DirectLoadSteps:
                         block_offset: tuple[Read, ...] = (),
                         cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
         def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
+        def marker(self, name: str, part: str, step: int, loc: str,
+                   producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
+                   arm: str, slot: int, word_order: Order = "octets",
+                   compare_source: Placed | None = None) -> None: ...
 
     def _load_direct(self, v: Variant) -> bool:
         """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""
-        return v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
+        return (v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
+                and self.geo.block_size < 1 << 24)  # Data Length's high octet is 0
 
     def _v_load_direct(self, v: Variant) -> None:
         """Chains v2's LOAD (decision C15): three steps after the receive instead of five.
 
-        1. the five request markers (the byte count on the receive CQE itself) and the
-           handle patch into the LOAD's own entry Read;
+        1. four request markers (header, Generation/Status, handle range, descriptor
+           length) and the handle patch into the LOAD's own entry Read;
         2. that Read, conditional on the arm word (the markers and the CPU's session
-           octet): it scatters the entry's first 8 octets into the LOAD's own word
-           ``w_load`` and its Block Offset straight into the data Write's local address
-           (no patch, no entry marker); behind it on the lane, the Data Descriptor and
-           INVALIDATE patches;
+           octet): it scatters the entry into the LOAD's own word ``w_load`` and its
+           Block Offset straight into the data Write's local address (no patch, no entry
+           marker); behind it on the lane, the Data Descriptor and INVALIDATE patches and
+           the fifth request marker, the receive's byte count (on the CQE in host memory:
+           its condition read overlaps the Read), which writes its octet into ``w_load``;
         3. the data Write and the COMPLETION Send, each conditional on ``w_load``
-           (VALID|SEALED, Data Length = Block Size): a Read that did not run leaves
-           ``w_load`` as restored (Data Length all ones), which fails; then the commit
-           and release.
+           (Data Length = Block Size, the Flags, the byte count's octet): a Read that did
+           not run leaves ``w_load`` as restored (Data Length all ones), a failed byte
+           count its octet 0, and either fails; then the commit and release.
 
         It waits for nothing of the common part, so per-operation dispatch runs it whole
         right after the receive.
 
-        ALLOW_UNSEALED (draft, "Block Load" step 1; decision C10) without a second entry
-        test: the word the step-3 WRs test holds two Flags fields, ``A`` (``w_load+8``,
-        preset 0003) and ``B`` (``w_load+10``, preset 0001); the test wants ``A`` = 0003
-        and ``B`` = 0001 or 0003. The Read places the entry's Flags in ``A``; ``c_au_load``,
-        a step-1 patch run only if the request's Flags have ALLOW_UNSEALED, points that
-        scatter entry at ``B`` instead (it copies ``B``'s address, written at posting into
-        ``au_load``). So a sealed entry passes either way, a VALID unsealed one only with
-        the flag, anything else never."""
+        ``w_load`` (16 octets): Generation (2), Status (2, preset 0), Data Length (4) --
+        the COMPLETION's order --, then ``A`` (+8, preset 0003), ``B`` (+10, preset
+        0001) and the byte count's octet (+12, preset 00). The step-3 window (+5..+13)
+        wants Data Length's low three octets = Block Size (its high octet is 0 in every
+        entry the target writes: Data Length <= Block Size < 2^24, which
+        :meth:`_load_direct` requires), ``A`` = 0003, ``B`` = 0001 or 0003 and the byte
+        count's octet 01. The Read places the entry's Flags in ``A``. ALLOW_UNSEALED
+        (draft, "Block Load" step 1; decision C10) without a second entry test:
+        ``c_au_load``, a step-1 patch run only if the request's Flags have ALLOW_UNSEALED,
+        points that scatter entry at ``B`` instead (it copies ``B``'s address, written at
+        posting into ``au_load``). So a sealed entry passes either way, a VALID unsealed
+        one only with the flag, anything else never."""
         bs, ro = self.geo.block_size, self.ro
         self.add(WrTemplate(
             "c_au_load", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
@@ -96,7 +109,7 @@ class DirectLoadSteps:
             remote_kind="loopback",
             note="conditional patch: with ALLOW_UNSEALED the entry Flags go to w_load+10"))
         n = len(self.arm_producers[v.name])
-        assert n == LOAD_SESSION_OCTET, "the LOAD's arm word: 5 markers, then the session"
+        assert n == LOAD_SESSION_OCTET, "the LOAD's arm word: 4 markers, then the session"
         armed = CondSpec(Read(f"buf:arm_{v.name}", 8, tuple(self.arm_producers[v.name]),
                               f"arm word of {v.name}"),
                          *window8(GO * (n + 1), b"\xff" * (n + 1)),
@@ -106,7 +119,7 @@ class DirectLoadSteps:
             fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table")},
             # w_load: Generation, Status (0, preset), Data Length (the COMPLETION's order),
-            # then the Flags, so that one window holds Data Length and Flags
+            # then the Flags, so that one window holds Data Length, Flags, byte count
             places=(Place("buf:w_load", 2, "entry[0:2] Flags (at +10: c_au_load)", "big", 8),
                     Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
                     Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
@@ -118,12 +131,12 @@ class DirectLoadSteps:
                     ("buf:dd", 4, "request[24:28] DD STag")],
                    "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
                    ("recv",), extra=(Place("wqe:load_write.rkey", 4, "DD STag", ro),))
-        entry = Read("buf:w_load+4", 8, ("load_read",),
-                     "the LOAD's entry Data Length, Flags (A, B)")
-        valid = CondSpec(entry, bs.to_bytes(4, "big") + b"\x00\x03\x00\x01",
-                         b"\xff" * 7 + b"\xfd",
+        entry = Read("buf:w_load+5", 8, ("load_read", "m_load_msg"),
+                     "the LOAD's entry Data Length[1:4], Flags (A, B), byte count")
+        valid = CondSpec(entry, bs.to_bytes(4, "big")[1:] + b"\x00\x03\x00\x01" + GO,
+                         b"\xff" * 6 + b"\xfd\xff",
                          "entry VALID|SEALED (VALID with ALLOW_UNSEALED), Data Length = "
-                         "Block Size", "big")
+                         "Block Size; receive byte count", "big")
         self.add(WrTemplate(
             "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 3,
             fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
@@ -140,4 +153,8 @@ class DirectLoadSteps:
                           Read("wqe:load_write.sge0.addr", 8, ("load_read",),
                                "entry Block Offset (in the data Write's WQE)")),
             cond=valid, patch_step=2)
+        n_msg = msg_length(v, self.geo)  # last on the lane: its condition read is long
+        self.marker("m_load_msg", v.name, 2, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
+                    bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
+                    f"receive byte count = {n_msg} (CQE)", "w_load", 12)
         self._commit(v, 4, valid)

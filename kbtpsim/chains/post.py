@@ -347,9 +347,10 @@ class ChainServer(WrResolution):
             # Ticket never reads all ones with its Slot Offset); tests of an entry never
             # read fail, and a failed connection's salvage tells what ran (decision O5)
             fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
-            if name == "w_load":  # C15: Generation, Status OK (0), Data Length, Flags A, B
+            if name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags A,
+                # B, the byte count's octet (chains/load_direct.py)
                 fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x01" \
-                    + b"\xff" * (size - 12)
+                    + bytes(1) + b"\xff" * (size - 13)
             elif name == "au_load":  # C15: where ALLOW_UNSEALED scatters the entry Flags
                 fill = (bufs["w_load"] + 10).to_bytes(
                     8, self.nic.profile.wqe_field_byte_order).ljust(size, b"\0")

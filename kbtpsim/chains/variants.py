@@ -20,7 +20,6 @@ from kbtpsim.chains.ir import (
     WrTemplate,
 )
 from kbtpsim.chains.load_direct import DirectLoadSteps
-from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
@@ -32,7 +31,6 @@ from kbtpsim.chains.vocab import (
     msg_length,
     window8,
 )
-from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
@@ -89,20 +87,15 @@ class VariantSteps(DirectLoadSteps):
         # header, the descriptor and (INLINE) exactly Block Size octets of data, nothing
         # more; anything else (trailing octets, short or long inline data) -> CPU
         n_msg = msg_length(v, geo)
-        direct = self._load_direct(v)
-        if direct:  # first on the lane; the byte count's test, on the CQE in host memory
-            # (its condition read holds the lane longest), last
+        if self._load_direct(v):  # C15: the byte count is tested beside its entry Read
             self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
                        "Block Handle << 8", ro, ("recv",), self._shift_at())
-        # the byte count is tested in step 3, on the device-memory copy p_bc made; the
-        # direct LOAD (C15) tests the CQE itself in step 1 (it waits for nothing common)
-        tests.append(("msg", f"buf:{RCQE}+{CQE_BYTE_CNT - 4}" if direct else "buf:bc",
-                      ("recv",) if direct else ("p_bc",),
-                      bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
-                      f"receive byte count = {n_msg} (CQE)"))
+        else:  # in step 3, on the device-memory copy p_bc made
+            tests.append(("msg", "buf:bc", ("p_bc",), bytes(4) + n_msg.to_bytes(4, "big"),
+                          b"\xff" * 8, f"receive byte count = {n_msg} (CQE)"))
         for i, (tag, loc, prods, c, m, about) in enumerate(tests):
             name = f"m_{v.name}_{tag}"
-            self.marker(name, v.name, 3 if tag == "msg" and not direct else 1, loc, prods,
+            self.marker(name, v.name, 3 if tag == "msg" else 1, loc, prods,
                         c, m, about, arm, i)
             self.arm_producers[v.name].append(name)
 

@@ -390,21 +390,35 @@ def _request_octets(chain: Chain) -> dict[str, set[int]]:
     return out
 
 
+def _tested_marker(chain: Chain, p: WrTemplate, test: CondSpec) -> bool:
+    """``p`` is a request marker (a conditional inline Write testing octets of the
+    request only) whose octet lies in ``test``'s window, every bit of it tested."""
+    r = p.fields.get("raddr")
+    if not (p.role is Role.WORKER and p.opcode is Opcode.RDMA_WRITE and p.cond is not None
+            and p.inline is not None and len(p.inline) == 1 and isinstance(r, Addr)
+            and p.cond.word.producers and all(q in chain and _request_derived(chain, q)
+                                              for q in p.cond.word.producers)):
+        return False
+    loc, _, off = test.word.loc.partition("+")
+    at = r.offset - (int(off) if off else 0)
+    return r.ref == loc and 0 <= at < 8 and test.mask[at] == 0xFF
+
+
 def _check_guarded(chain: Chain, out: list[Violation]) -> None:
     """Rule ``guarded``: an effect of a variant (a connection-QP WR, its commit or
     release) conditional on a data word rather than on an arm word (decision C15: the
     LOAD's data Write tests the entry its own Read placed) runs only if every WR placing
-    that word is conditional on the variant's arm word with every request test's
-    octet."""
+    that word is conditional on the variant's arm word with every request test's octet,
+    or is itself a request marker whose octet the effect tests."""
     arms = _request_octets(chain)
     for w in chain.wrs():
         effect = w.role is Role.CONN or (w.part == "commit" and w.role is Role.WORKER)
         if not effect or w.cond is None or w.cond.word.loc.startswith(("buf:arm", "wqe:")):
             continue
         producers = [chain.wr(p) for p in w.cond.word.producers if p in chain]
-        bad = [p.name for p in producers
-               if p.cond is None or p.cond.word.loc not in arms
-               or any(p.cond.mask[i] != 0xFF for i in arms[p.cond.word.loc])]
+        bad = [p.name for p in producers if not _tested_marker(chain, p, w.cond) and (
+               p.cond is None or p.cond.word.loc not in arms
+               or any(p.cond.mask[i] != 0xFF for i in arms[p.cond.word.loc]))]
         if bad or not producers:
             out.append(Violation(
                 w.name, "cond", "guarded",

@@ -23,8 +23,8 @@ REQ_LEN = 40  #: header (24) + Data Descriptor (16)
 #: entry marker fails (``w`` is preset to all ones), so no variant can arm.
 SESSION_OCTET = 1
 #: Chains v2 (decision C15): a LOAD reads its own entry, conditional on its arm word,
-#: whose octet 5 (after its five request markers) is the CPU's session octet too.
-LOAD_SESSION_OCTET = 5
+#: whose octet 4 (after its four request markers) is the CPU's session octet too.
+LOAD_SESSION_OCTET = 4
 
 
 def session_octets(bufs: dict[str, int]) -> list[int]:

@@ -209,9 +209,9 @@ def v2_load_skip_entry(chain: Chain) -> None:
     commit and the release test the entry's Data Length only, not its Flags: an entry
     that is not VALID is loaded."""
     for w in _need(_wrs(chain, lambda w: w.cond is not None
-                        and w.cond.word.loc == "buf:w_load+4"), "direct LOAD entry test"):
+                        and w.cond.word.loc == "buf:w_load+5"), "direct LOAD entry test"):
         assert w.cond is not None
-        w.cond = replace(w.cond, mask=b"\xff" * 4 + bytes(4))
+        w.cond = replace(w.cond, mask=b"\xff" * 3 + bytes(4) + b"\xff")  # not A, B
 
 
 def skip_length(chain: Chain) -> None:

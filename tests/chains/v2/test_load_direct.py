@@ -39,7 +39,7 @@ def test_v2_load_reads_its_own_entry() -> None:
     read = ch.wr("load_read")
     assert read.cond is not None and read.cond.word.loc == "buf:arm_load"
     for name in ("load_write", "load_send", "commit_load"):
-        assert ch.wr(name).cond.word.loc == "buf:w_load+4", name
+        assert ch.wr(name).cond.word.loc == "buf:w_load+5", name
     assert ch.wr("c_au_load").step == 1 and ch.wr("c_au_load").cond is not None
     assert verify(ch, PROF) == []
 
