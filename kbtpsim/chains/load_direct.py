@@ -26,6 +26,7 @@ from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
     LOAD_SESSION_OCTET,
+    SUB_LANE,
     Geometry,
     Variant,
     msg_length,
@@ -71,17 +72,19 @@ class DirectLoadSteps:
         """Chains v2's LOAD (decision C15): three steps after the receive instead of five.
 
         1. four request markers (header, Generation/Status, handle range, descriptor
-           length) and the handle patch into the LOAD's own entry Read;
+           length), the handle patch into the LOAD's own entry Read, and the Data
+           Descriptor and INVALIDATE patches of the data Write and the COMPLETION, on
+           three lanes (chains v2 runs each lane on its own worker QP);
         2. that Read, conditional on the arm word (the markers and the CPU's session
            octet): it scatters the entry into the LOAD's own word ``w_load`` and its
            Block Offset straight into the data Write's local address (no patch, no entry
-           marker); behind it on the lane, the Data Descriptor and INVALIDATE patches and
-           the fifth request marker, the receive's byte count (on the CQE in host memory:
-           its condition read overlaps the Read), which writes its octet into ``w_load``;
+           marker); beside it, on a lane of its own, the fifth request marker, the
+           receive's byte count (on the CQE in host memory: its condition read overlaps
+           the Read), which writes its octet into ``w_load``;
         3. the data Write and the COMPLETION Send, each conditional on ``w_load``
            (Data Length = Block Size, the Flags, the byte count's octet): a Read that did
            not run leaves ``w_load`` as restored (Data Length all ones), a failed byte
-           count its octet 0, and either fails; then the commit and release.
+           count its octet 00, and either fails; then the commit and release.
 
         It waits for nothing of the common part, so per-operation dispatch runs it whole
         right after the receive.
@@ -126,7 +129,7 @@ class DirectLoadSteps:
                     Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
             cond=armed, remote_kind="strided_table",
             note="the LOAD's own entry Read (strided key): Block Offset into the data Write"))
-        self.patch("p_dd_load", v.name, 2,
+        self.patch("p_dd_load", v.name, 1,
                    [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
                     ("buf:dd", 4, "request[24:28] DD STag")],
                    "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
@@ -152,9 +155,15 @@ class DirectLoadSteps:
             block_offset=(Read("buf:k_zero", 4, (), "reserved 0"),
                           Read("wqe:load_write.sge0.addr", 8, ("load_read",),
                                "entry Block Offset (in the data Write's WQE)")),
-            cond=valid, patch_step=2)
-        n_msg = msg_length(v, self.geo)  # last on the lane: its condition read is long
+            cond=valid, patch_step=1)
+        for name in ("p_dd_load", "p_inv_load", "c_inv_load"):  # request fields only: in
+            if name in self.chain:  # step 1, on a lane of their own (chains v2)
+                self.chain.wr(name).lane = f"{v.name}{SUB_LANE}dd"
+        n_msg = msg_length(v, self.geo)
         self.marker("m_load_msg", v.name, 2, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
                     bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
                     f"receive byte count = {n_msg} (CQE)", "w_load", 12)
+        # on a lane of its own (chains v2's lanes): its condition read of the CQE in host
+        # memory runs beside the entry Read instead of behind the patches
+        self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
         self._commit(v, 4, valid)

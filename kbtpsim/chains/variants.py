@@ -25,6 +25,7 @@ from kbtpsim.chains.vocab import (
     GO,
     INVALIDATE,
     SEAL,
+    SUB_LANE,
     Geometry,
     Variant,
     block_test,
@@ -97,6 +98,8 @@ class VariantSteps(DirectLoadSteps):
             name = f"m_{v.name}_{tag}"
             self.marker(name, v.name, 3 if tag == "msg" else 1, loc, prods,
                         c, m, about, arm, i)
+            if self._load_direct(v) and i >= 1:  # C15: beside the patches, on a lane of
+                self.chain.wr(name).lane = f"{v.name}{SUB_LANE}req"  # their own (v2)
             self.arm_producers[v.name].append(name)
 
     def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:

@@ -25,6 +25,8 @@ SESSION_OCTET = 1
 #: Chains v2 (decision C15): a LOAD reads its own entry, conditional on its arm word,
 #: whose octet 4 (after its four request markers) is the CPU's session octet too.
 LOAD_SESSION_OCTET = 4
+#: A variant's further lane (chains v2) is named VARIANT + SUB_LANE + tag, e.g. ``load__cqe``
+SUB_LANE = "__"
 
 
 def session_octets(bufs: dict[str, int]) -> list[int]:

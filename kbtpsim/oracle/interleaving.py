@@ -193,5 +193,46 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
     return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
 
 
+def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
+                       observe: dict[str, Any] | None = None, chains: str = "v2",
+                       transform: Any = None) -> list[Divergence]:
+    """The draft's "Block Load" step 1 (the entry MUST be SEALED unless ALLOW_UNSEALED):
+    A stores two whole blocks, one sealed and one not, then LOADs each with and without
+    ALLOW_UNSEALED, twice (so every credit slot serves both), and once more after
+    sealing the second. The software target answers NOT_SEALED to the unsealed block's
+    LOADs without the flag; a chain that takes them (mutant ``v2-load-skip-sealed``)
+    diverges. ``observe`` gets the server (``"server"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    bs = 512
+    pool = Pool(initiators=(("A", X_HANDLE, "default", 4),), blocks=4, block_size=bs)
+    run = _Run(spec, transform, pool)
+    env, server = run.env, run.server
+    a = run.inis["A"]
+
+    def note(res: Any) -> None:
+        if res is not None and res.completion is not None and a.conn is not None:
+            run.results[(a.conn.conn_id, res.completion.request_id)] = res
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        note((yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
+        note((yield a.alloc_store(X_HANDLE + 1, b"2" * bs, seal=False)))
+        for _ in range(2):
+            for h in (X_HANDLE, X_HANDLE + 1):
+                for au in (False, True):
+                    note((yield a.load(h, invalidate=False, allow_unsealed=au)))
+        note((yield a.store(X_HANDLE + 1, b"3" * bs, seal=True, invalidate=False)))
+        note((yield a.load(X_HANDLE + 1, invalidate=False)))
+        if observe is not None:
+            observe["server"] = server
+
+    done = env.process(scenario())
+    out: list[Divergence] = []
+    if not run.run_until(done, 5_000_000_000):
+        out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
+    return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
+
+
 __all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_interleaving",
-           "run_load_during_free"]
+           "run_load_during_free", "run_unsealed_loads"]

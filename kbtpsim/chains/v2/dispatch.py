@@ -59,7 +59,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.v2.lanes import requeue
+from kbtpsim.chains.v2.lanes import SUB, lane_variant, requeue
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
 
@@ -95,7 +95,7 @@ def is_private(ref: str) -> str | None:
     lane, CQ or advancer), else None."""
     for kind in ("qp:master@", "qp:worker@", "cq:chain@", "qp:adv@"):
         if ref.startswith(kind):
-            v = ref[len(kind):]
+            v = lane_variant(ref[len(kind):])
             return v if v in VARIANTS else None
     return None
 
@@ -148,7 +148,9 @@ def split_variants(chain: Chain) -> Chain:
         if w.role is Role.MASTER:
             continue
         v = variant_of(w) if w.role in (Role.WORKER, Role.CONN) else None
-        nw = replace(w, lane=v) if w.role is Role.WORKER and v is not None else replace(w)
+        keep = v is not None and w.lane.startswith(v + SUB)  # a sub-lane of v
+        nw = replace(w, lane=w.lane if keep else v) if w.role is Role.WORKER \
+            and v is not None else replace(w)
         out.add(nw)
         mine.setdefault(v, []).append(nw)
     masters = {n for n in g.nodes if chain.wr(n).role is Role.MASTER}
@@ -220,12 +222,18 @@ def split_variants(chain: Chain) -> Chain:
                                                       "this credit through it"),
                                      f"{v}'s connection WRs of step {prev} have "
                                      "completed"))
-            for role, ws in ((f"qp:worker@{v}", [w for w in work if w.step == s]),
+            by_lane: dict[str, list[WrTemplate]] = {}
+            for w in work:
+                if w.step == s:
+                    by_lane.setdefault(w.lane, []).append(w)
+            for role, ws in (*((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items()),
                              ("qp:conn", [w for w in conn if w.step == s])):
                 if not ws:
                     continue
-                what = "lane" if role != "qp:conn" else "connection QP"
-                e = _wr(f"enable_{'conn_' if role == 'qp:conn' else ''}{v}_{s}", v, s,
+                what = "connection QP" if role == "qp:conn" else (
+                    "lane" if ws[0].lane == v else f"lane {ws[0].lane}")
+                tag = "conn_" + v if role == "qp:conn" else ws[0].lane
+                e = _wr(f"enable_{tag}_{s}", v, s,
                         Opcode.ENABLE, role, Addr(f"wr:{ws[-1].name}", 1),
                         f"release {v}'s step {s} on the {what}")
                 rel[e.name] = [w.name for w in ws]

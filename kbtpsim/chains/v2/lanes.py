@@ -24,7 +24,18 @@ from dataclasses import replace
 import networkx as nx
 
 from kbtpsim.chains.ir import Addr, Chain, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.wqe import Opcode, WqeFlags
+
+#: A variant's second (third, ...) lane is named VARIANT + SUB + tag (C15: the LOAD's
+#: byte-count marker, ``load__cqe``): it runs beside the variant's lane, on the variant's
+#: CQ, released by the variant's sub-master, advanced in the variant's rounds.
+SUB = SUB_LANE
+
+
+def lane_variant(lane: str) -> str:
+    """The part a lane belongs to (its own name but for a sub-lane's tag)."""
+    return lane.split(SUB, 1)[0]
 
 
 def _is_worker_enable(w: WrTemplate) -> bool:
@@ -49,7 +60,7 @@ def split_lanes(chain: Chain) -> Chain:
                               if d["kind"] is EdgeKind.ENABLE), key=rank.__getitem__)
             lanes: dict[str, list[str]] = {}
             for t in targets:
-                lanes.setdefault(chain.wr(t).part, []).append(t)
+                lanes.setdefault(chain.wr(t).lane or chain.wr(t).part, []).append(t)
             for lane, ts in lanes.items():
                 new = replace(w, name=f"{n}@{lane}",
                               fields={"target": Addr(f"qp:worker@{lane}"),
@@ -58,7 +69,7 @@ def split_lanes(chain: Chain) -> Chain:
                 out.add(new)
                 replaced[new.name] = ts
             continue
-        out.add(replace(w, lane=w.part) if w.role is Role.WORKER else replace(w))
+        out.add(replace(w, lane=w.lane or w.part) if w.role is Role.WORKER else replace(w))
     lane_of = {w.name: w.lane for w in out.wrs() if w.role is Role.WORKER}
     for a, b, d in g.edges(data=True):
         kind = d["kind"]

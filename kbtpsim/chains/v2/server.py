@@ -34,6 +34,7 @@ from kbtpsim.chains.layout import ChainLayout, RingKeys
 from kbtpsim.chains.post import _LOC, CPU_WR, Finished, _Credit
 from kbtpsim.chains.v2.advance import AdvanceHook, post_advancers
 from kbtpsim.chains.v2.dispatch import is_private
+from kbtpsim.chains.v2.lanes import lane_variant
 from kbtpsim.chains.v2.recycle import (
     CountField,
     RecyclePlan,
@@ -128,8 +129,9 @@ class RecyclingChainServer(SlotQueues):
         #: each variant ran (its queues' round)
         self._private_qp = {id(q): v for d in (*self.sub_masters, *self.advancers)
                             for v, q in d.items()}
-        self._private_qp.update({id(q): lane for d in self.slot_lanes
-                                 for lane, q in d.items() if lane in self.sub_wrs})
+        self._private_qp.update({id(q): lane_variant(lane) for d in self.slot_lanes
+                                 for lane, q in d.items()
+                                 if lane_variant(lane) in self.sub_wrs})
         self._runs: list[dict[str | None, int]] = [{v: 0 for v in self.sub_wrs}
                                                    for _ in range(self.credits)]
         for m in self.masters:  # the CPU starts round 0 (MMIO)

@@ -17,6 +17,7 @@ from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.ir import Addr, CondSpec, Const, Role, WrTemplate
 from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
 from kbtpsim.chains.v2.dispatch import dispatched, is_private
+from kbtpsim.chains.v2.lanes import lane_variant
 from kbtpsim.nic import CompletionQueue, Cqe, QueuePair, WorkRequest, connect
 from kbtpsim.nic.wqe import Opcode
 
@@ -59,7 +60,7 @@ class SlotQueues(ChainServer):
         self.advancers = [{v: qp(self.variant_cqs[s][v], self.adv_wrs[v]) for v in subs}
                           for s in range(k)]
         self.slot_workers = [qp(cq, n_work) for cq in self.slot_cqs]
-        self.slot_lanes = [{lane: qp(self.variant_cqs[s].get(lane, cq), n)
+        self.slot_lanes = [{lane: qp(self.variant_cqs[s].get(lane_variant(lane), cq), n)
                             for lane, n in self.lane_wrs.items()}
                            for s, cq in enumerate(self.slot_cqs)]
         self.gate = qp(self.gate_cq, depth)
@@ -70,7 +71,7 @@ class SlotQueues(ChainServer):
         #: CQEs per credit: on its slot's CQ (worker lanes), and on the connection QP's
         self.worker_cqes = sum(1 for w in self.templates
                                if w.role is Role.WORKER and w.signaled
-                               and w.lane not in subs)
+                               and lane_variant(w.lane) not in subs)
         self.conn_cqes = sum(1 for w in self.templates
                              if w.role is Role.CONN and w.signaled) + self.cpu_slots
 
@@ -99,11 +100,11 @@ class SlotQueues(ChainServer):
                 self.dispatch_conds[v] = w.cond
         ring = [w for w in self.templates if w.role is Role.CONN]
         for v in self.sub_wrs:
-            lane = sum(1 for w in self.templates if w.role is Role.WORKER and w.lane == v
-                       and w.signaled)
+            lane = sum(1 for w in self.templates if w.role is Role.WORKER
+                       and lane_variant(w.lane) == v and w.signaled)
             self.variant_round_cqes[v] = lane + self.adv_wrs[v]
         common = sum(1 for w in self.templates if w.role is Role.WORKER and w.signaled
-                     and w.lane not in self.sub_wrs)
+                     and lane_variant(w.lane) not in self.sub_wrs)
         #: CQEs that finish a credit (report it to the CPU), by dispatched variant: the
         #: common ones, the variant's, the connection WRs up to its last one (the rest
         #: run after the gate: :meth:`_full_cqes`)

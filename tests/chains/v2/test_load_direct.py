@@ -89,3 +89,26 @@ def test_guarded_rule_catches_an_entry_read_not_behind_the_markers() -> None:
     got = {(v.wr, v.rule) for v in verify(ch, PROF)}
     assert {r for _, r in got} == {"guarded"}, got
     assert {"load_write", "load_send"} <= {w for w, _ in got}, got
+
+
+def test_the_load_runs_on_four_lanes_of_its_own_cq() -> None:
+    """The LOAD's WRs run on its lane and three sub-lanes (``load__req``, ``load__dd``,
+    ``load__cqe``), each a worker QP on the LOAD's CQ, released by the LOAD's
+    sub-master; the counts that name them are the LOAD's own (advanced in its rounds)."""
+    from kbtpsim.chains.v2.dispatch import is_private
+    from kbtpsim.chains.v2.lanes import lane_variant
+
+    ch = _chain()
+    lanes = {w.lane for w in ch.wrs() if w.part == "load" and w.role.value == "worker"}
+    assert lanes == {"load", "load__req", "load__dd", "load__cqe"}
+    assert {lane_variant(x) for x in lanes} == {"load"}
+    assert is_private("qp:worker@load__cqe") == "load"
+    enables = {w.fields["target"].ref for w in ch.wrs()  # type: ignore[union-attr]
+               if w.lane == "load" and w.role.value == "master"
+               and w.opcode is not None and w.opcode.name == "ENABLE"}
+    assert {f"qp:worker@{x}" for x in lanes} <= enables
+    h = Harness("ideal-be", False, credits=2, chains="v2")
+    s = h.server
+    for slot in range(2):
+        for lane in lanes:
+            assert s.slot_lanes[slot][lane].send_cq is s.variant_cqs[slot]["load"]
