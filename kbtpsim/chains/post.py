@@ -549,13 +549,13 @@ class ChainServer(WrResolution):
         return all(qp.retired >= qp.post_index for qp in self.queues().values()) \
             and self.responders_idle()
 
-    def responders_idle(self) -> bool:
-        """No packet of the connection's QPs waits or is being handled, and their NIC's
-        memory writes for them have landed (a loopback atomic accepted just before the
-        QP failed still writes its result: decision O5)."""
+    def responders_idle(self, others: tuple[QueuePair, ...] = ()) -> bool:
+        """No packet of the connection's QPs (and ``others``) waits or is being handled,
+        and their NIC's memory writes for them have landed (a loopback atomic accepted
+        just before the QP failed still writes its result: decision O5)."""
         now = self.nic.env.now
         return all(not qp.rxq and qp.rx_msg is None and qp.dma_until < now
-                   for qp in self.queues().values())
+                   for qp in (*self.queues().values(), *others))
 
     def images(self, credit: int) -> tuple[bytes, bytes]:
         """What the credit's chain read before it wrote anything (octets as in memory):

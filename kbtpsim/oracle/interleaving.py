@@ -136,7 +136,13 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
         if observe is not None:
             observe["server"], observe["store"] = server, res
 
-    done = env.process(scenario())
+    return _run_scripted(run, scenario())
+
+
+def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> list[Divergence]:
+    """Run a scripted scenario to its end (5 s of simulated time at most), then the final
+    checkpoint: its divergences, in order ("missing" last if it did not complete)."""
+    done = run.env.process(scenario)
     out: list[Divergence] = []
     if not run.run_until(done, 5_000_000_000):
         out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
@@ -186,11 +192,7 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
             observe["load"] = res
             observe["server"] = server
 
-    done = env.process(scenario())
-    out: list[Divergence] = []
-    if not run.run_until(done, 5_000_000_000):
-        out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
-    return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
+    return _run_scripted(run, scenario())
 
 
 def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
@@ -206,7 +208,7 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     bs = 512
     pool = Pool(initiators=(("A", X_HANDLE, "default", 4),), blocks=4, block_size=bs)
     run = _Run(spec, transform, pool)
-    env, server = run.env, run.server
+    server = run.server
     a = run.inis["A"]
 
     def note(res: Any) -> None:
@@ -227,11 +229,7 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
         if observe is not None:
             observe["server"] = server
 
-    done = env.process(scenario())
-    out: list[Divergence] = []
-    if not run.run_until(done, 5_000_000_000):
-        out.append(Divergence("missing", "the scenario did not complete", order=1 << 62))
-    return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
+    return _run_scripted(run, scenario())
 
 
 __all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_interleaving",

@@ -462,8 +462,7 @@ class RecyclingChainServer(SlotQueues):
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
                    for ctx in q.pending):
                 return False
-        return self.responders_idle() and not self.recycler.rxq \
-            and self.recycler.dma_until < self.nic.env.now
+        return self.responders_idle((self.recycler,))
 
     def stop(self, now: int) -> None:
         super().stop(now)
