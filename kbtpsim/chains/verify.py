@@ -28,8 +28,9 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
     A variant's effects (its connection-QP WRs: data movement, COMPLETION; its commit and
     release) run only if every request test of the variant passed: a conditional one
     tests the variant's arm word with every octet a marker writes there, or a word that
-    only WRs so conditioned place (decision C15: the LOAD's data Write tests the entry its
-    own Read placed, a Read that runs only on a full arm word).
+    only WRs so conditioned place, and request markers whose octet it tests (decision
+    C15: the LOAD's data Write tests the entry its own Read placed, a Read that runs only
+    on a full arm word, and the byte-count marker's octet beside it).
 ``cas-armed``
     CAS-on-WQE (RedN; decision C5): a WR posted *disarmed* (a NOP) must be armed by a CAS
     on its control word (its ``ctrl_word`` field placed by the CAS, so ``held-back``

@@ -112,3 +112,15 @@ def test_the_load_runs_on_four_lanes_of_its_own_cq() -> None:
     for slot in range(2):
         for lane in lanes:
             assert s.slot_lanes[slot][lane].send_cq is s.variant_cqs[slot]["load"]
+
+
+def test_guarded_rule_needs_the_byte_count_octet_tested() -> None:
+    """The byte-count marker writes its octet into the word the data Write tests, not
+    into the arm word: an effect that does not test that octet is reported."""
+    ch = _chain()
+    w = ch.wr("load_write")
+    mask = bytearray(w.cond.mask)
+    mask[7] = 0  # the byte count's octet (w_load+12) no longer tested
+    w.cond = replace(w.cond, mask=bytes(mask))
+    got = {(v.wr, v.rule) for v in verify(ch, PROF)}
+    assert got == {("load_write", "guarded")}, got
