@@ -108,7 +108,9 @@ class ChainServer(WrResolution):
         #: linearisation point) and the STOREs' table-entry Writes, by position
         #: (the LOAD's own Read instead where it has one: decision C15)
         self.entry_reads = {i for i, w in enumerate(self.templates)
-                            if w.name == "load_read"} or {
+                            if w.part in VARIANTS and VARIANTS[w.part].op == "LOAD"
+                            and w.opcode is Opcode.RDMA_READ
+                            and w.remote_kind == "strided_table"} or {
             i for i, w in enumerate(self.templates)
             if w.part == "dispatch" and w.opcode is Opcode.RDMA_READ
             and w.remote_kind == "strided_table"}

@@ -59,7 +59,8 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.v2.lanes import SUB, lane_variant, requeue
+from kbtpsim.chains.v2.lanes import lane_variant, requeue
+from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
 
@@ -148,7 +149,7 @@ def split_variants(chain: Chain) -> Chain:
         if w.role is Role.MASTER:
             continue
         v = variant_of(w) if w.role in (Role.WORKER, Role.CONN) else None
-        keep = v is not None and w.lane.startswith(v + SUB)  # a sub-lane of v
+        keep = v is not None and w.lane.startswith(v + SUB_LANE)  # a sub-lane of v
         nw = replace(w, lane=w.lane if keep else v) if w.role is Role.WORKER \
             and v is not None else replace(w)
         out.add(nw)

@@ -27,15 +27,13 @@ from kbtpsim.chains.ir import Addr, Chain, EdgeKind, Role, WrTemplate
 from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.wqe import Opcode, WqeFlags
 
-#: A variant's second (third, ...) lane is named VARIANT + SUB + tag (C15: the LOAD's
-#: byte-count marker, ``load__cqe``): it runs beside the variant's lane, on the variant's
-#: CQ, released by the variant's sub-master, advanced in the variant's rounds.
-SUB = SUB_LANE
-
 
 def lane_variant(lane: str) -> str:
-    """The part a lane belongs to (its own name but for a sub-lane's tag)."""
-    return lane.split(SUB, 1)[0]
+    """The part a lane belongs to: a variant's further lane is named VARIANT + SUB_LANE +
+    tag (C15: the LOAD's byte-count marker, ``load__cqe``); it runs beside the variant's
+    lane, on the variant's CQ, released by the variant's sub-master, advanced in the
+    variant's rounds."""
+    return lane.split(SUB_LANE, 1)[0]
 
 
 def _is_worker_enable(w: WrTemplate) -> bool:
