@@ -259,6 +259,8 @@ class _Builder(VariantSteps, CasLowering):
             ch.edge(a.name, b.name, EdgeKind.QP_ORDER)
         for v in self.variants:
             ch.edge(f"release_{v.name}", "gate_nop", EdgeKind.ENABLE)
+            if f"early_{v.name}" in ch:  # decision C16: a sealed LOAD releases early
+                ch.edge(f"early_{v.name}", "gate_nop", EdgeKind.ENABLE)
         # queue order within each managed QP
         for role in (Role.WORKER, Role.CONN):
             seq = [w.name for w in ch.wrs() if w.role is role]

@@ -91,7 +91,7 @@ class DirectLoadSteps:
 
         ``w_load`` (16 octets): Generation (2), Status (2, preset 0), Data Length (4) --
         the COMPLETION's order --, then ``A`` (+8, preset 0003), ``B`` (+10, preset
-        0001) and the byte count's octet (+12, preset 00). The step-3 window (+5..+13)
+        0003) and the byte count's octet (+12, preset 00). The step-3 window (+5..+13)
         wants Data Length's low three octets = Block Size (its high octet is 0 in every
         entry the target writes: Data Length <= Block Size < 2^24, which
         :meth:`_load_direct` requires), ``A`` = 0003, ``B`` = 0001 or 0003 and the byte
@@ -167,3 +167,20 @@ class DirectLoadSteps:
         # memory runs beside the entry Read instead of behind the patches
         self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
         self._commit(v, 4, valid)
+        # Pipelining (decision C16): a LOAD of a SEALED entry releases the next credit
+        # once its entry Read has landed, beside its data Write. Nothing later on the
+        # connection can change that block before the Write has read it: a STORE needs
+        # the entry unsealed (draft, "Block Mapped Store" 1), a FREE and every other CPU
+        # fallback wait for this credit to end (the CPU serves credits in order), and a
+        # free on another connection quiesces against it (decision C13). A LOAD that
+        # delivered an unsealed block (ALLOW_UNSEALED) releases after its COMPLETION, as
+        # before: ``B`` keeps its preset 0003 only without ALLOW_UNSEALED, or with it
+        # when the entry is sealed.
+        sealed = CondSpec(entry, bs.to_bytes(4, "big")[1:] + b"\x00\x03\x00\x03" + GO,
+                          b"\xff" * 8, "entry VALID|SEALED, Data Length = Block Size; "
+                          "receive byte count", "big")
+        self.add(WrTemplate(
+            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, 3,
+            fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
+            cond=sealed, note="release the next credit early: a sealed block cannot "
+                              "change before this LOAD's data Write has read it"))

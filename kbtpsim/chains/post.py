@@ -225,6 +225,8 @@ class ChainServer(WrResolution):
         #: CPU accounting
         self.wrs_posted = 0
         self.doorbells = 0
+        #: doorbells the last refill rang (chains v2: one per recycler it granted)
+        self.grant_doorbells = 1
         #: the CPU's MMIO writes outside posting: each gate ENABLE of :meth:`release`,
         #: and each octet written into a live credit's scratch in NIC device memory
         #: (session and quota octets: :meth:`set_session`, :meth:`arm`, :meth:`disarm`)
@@ -351,7 +353,7 @@ class ChainServer(WrResolution):
             fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
             if name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags A,
                 # B, the byte count's octet (chains/load_direct.py)
-                fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x01" \
+                fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x03" \
                     + bytes(1) + b"\xff" * (size - 13)
             elif name == "au_load":  # C15: where ALLOW_UNSEALED scatters the entry Flags
                 fill = (bufs["w_load"] + 10).to_bytes(

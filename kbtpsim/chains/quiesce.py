@@ -49,25 +49,26 @@ class FreeQuiescence:
 
     def _grace_marks(self) -> dict[int, int]:
         """For each chain connection, the credits that must have finished before a block
-        unbound now may go back to the ring. Credits run one at a time past the gate:
-        those before the gate's count have ended, a later one reads the entry after the
-        unbind and sees the free; so only the running one (the gate's count, if its
-        request has arrived) matters, and only if it is a LOAD or STORE (an ALLOC_STORE
-        reads no bound block, and the freed block is not in the ring). The CPU reads the
-        receive and gate CQ counts it polls and the request's opcode octet."""
+        unbound now may go back to the ring. Credits start one at a time past the gate:
+        a later one reads the entry after the unbind and sees the free. Those running
+        are the gate's count (if its request has arrived) and, since a LOAD of a sealed
+        block releases the gate before its data Write ends (decision C16), earlier ones
+        the CPU has not seen end. Only a LOAD or STORE matters (an ALLOC_STORE reads no
+        bound block, and the freed block is not in the ring): the mark is the last such
+        credit, plus one. The CPU reads the receive and gate CQ counts it polls and the
+        requests' opcode octets."""
         marks: dict[int, int] = {}
         for cid, cc in self._chain_conns.items():
             cs = cc.chains
             if cs.software:
                 continue
-            running = cs.gate_cq.count
-            if cs.recv_cq.count <= running or cs.finished > running:
-                continue  # nothing in a chain, or the CPU has seen it end
-            cr = cs.live.get(running)
-            if cr is not None and cs.nic.host.memory.read(cr.bufs["hdr"] + 1, 1)[0] \
-                    not in READS_BLOCKS:
-                continue
-            marks[cid] = running + 1
+            last = min(cs.gate_cq.count, cs.recv_cq.count - 1)  # last credit started
+            for credit in range(last, cs.finished - 1, -1):
+                cr = cs.live.get(credit)
+                if cr is None or cs.nic.host.memory.read(cr.bufs["hdr"] + 1, 1)[0] \
+                        in READS_BLOCKS:
+                    marks[cid] = credit + 1
+                    break
         return marks
 
     def _grace_passed(self, marks: dict[int, int]) -> bool:

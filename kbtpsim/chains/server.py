@@ -616,7 +616,8 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
             per_credit = cs.repost_wrs_per_credit
             self.cpu.count(REFILL, n)
             post = self.cpu.post_ps if self.repost_ps is None else self.repost_ps
-            yield from self.cpu.spend(REFILL, n * per_credit * post + self.cpu.doorbell_ps)
+            yield from self.cpu.spend(REFILL, n * per_credit * post
+                                      + cs.grant_doorbells * self.cpu.doorbell_ps)
 
 
 __all__ = ["CHAIN", "REFILL", "OffloadedTargetServer"]

@@ -455,7 +455,7 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
         assert plan is not None
         assert m.transform.recycle is not None
         m.transform.recycle(plan)
-        wait = 2 * server.p_rec
+        wait = server._slots[0].rec_wait
         return check_recycle(plan, plan.counts + own_counts(plan, plan.base, wait,
                                                             server.master.sq_depth),
                              plan.modified)

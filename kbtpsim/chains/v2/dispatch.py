@@ -227,8 +227,10 @@ def split_variants(chain: Chain) -> Chain:
             for w in work:
                 if w.step == s:
                     by_lane.setdefault(w.lane, []).append(w)
-            for role, ws in (*((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items()),
-                             ("qp:conn", [w for w in conn if w.step == s])):
+            # the connection QP first: its WRs cross the network, the longest path of
+            # a step (decision C16: the LOAD's early release shares its step)
+            for role, ws in (("qp:conn", [w for w in conn if w.step == s]),
+                             *((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items())):
                 if not ws:
                     continue
                 what = "connection QP" if role == "qp:conn" else (

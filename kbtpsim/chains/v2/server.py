@@ -86,6 +86,8 @@ class _Slot:
     cpu_slot: int | None  #: round-0 index of its first CPU slot on the connection QP
     plan: RecyclePlan | None = None
     rec_base: int = 0  #: recycler index of its recycle segment (round 0)
+    recycler: int = 0  #: which of the connection's recyclers runs its segment
+    rec_wait: int = 0  #: its recycler's WAIT advance per round (that recycler's signaled)
     pristine: int = 0  #: address of its pristine scratch image
     wqe_copies: dict[tuple[str, int], int] | None = None  #: (role, first) -> pristine addr
     session: bool = False  #: the session octet in the pristine image
@@ -99,6 +101,11 @@ class RecyclingChainServer(SlotQueues):
     :class:`ChainServer`."""
 
     RING_ROUNDS = 1
+    #: recyclers per connection, the slots dealt out in turn (decision C16): a recycle
+    #: segment ends with a WAIT for its own restores and advances (loopback atomics, a
+    #: few microseconds), which holds its recycler; with one, a connection's credits
+    #: could not be re-armed faster than one segment at a time, whatever the window
+    RECYCLERS = 2
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
@@ -192,8 +199,10 @@ class RecyclingChainServer(SlotQueues):
                 wqe_dests.add(w.arms)
             if w.disarmed:
                 wqe_dests.add(w.name)
-        # the recycler: its own CQ (never polled; its WAIT counts it) and managed QP
-        self.recycle_cq = nic.create_cq(1 << 12, ignore_overrun=True)
+        # the recyclers: each its own CQ (never polled; its WAITs count it), managed QP
+        n_recyclers = min(self.RECYCLERS, k)
+        self.recycle_cqs = [nic.create_cq(1 << 12, ignore_overrun=True)
+                            for _ in range(n_recyclers)]
         plans: list[tuple[int, list[CountField], set[tuple[str, int]]]] = []
         for s in range(k):
             slot = self._slots[s]
@@ -226,16 +235,20 @@ class RecyclingChainServer(SlotQueues):
         # slot 0's segment: its length and signaled WRs size the recycler (same per slot)
         probe = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0)
         n_rec, p_rec = len(probe.steps), probe.signaled
-        self.recycler = nic.create_qp(self.recycle_cq, self.recycle_cq, sq_depth=k * n_rec,
-                                      managed=True, sq_in_nic_memory=self.device_memory)
-        connect(self.recycler, self.recycler)
-        wait_delta = k * p_rec
+        self.recyclers = []
+        for r, cq in enumerate(self.recycle_cqs):
+            q = nic.create_qp(cq, cq, sq_depth=len(range(r, k, n_recyclers)) * n_rec,
+                              managed=True, sq_in_nic_memory=self.device_memory)
+            connect(q, q)
+            self.recyclers.append(q)
         for s, counts, modified in plans:
-            plan = plan_recycle(counts, modified, self.slot_size, s * n_rec, wait_delta,
+            r, pos = s % n_recyclers, s // n_recyclers
+            wait_delta = len(range(r, k, n_recyclers)) * p_rec
+            plan = plan_recycle(counts, modified, self.slot_size, pos * n_rec, wait_delta,
                                 self.master.sq_depth)
             if plan.signaled != p_rec or len(plan.steps) != n_rec:
                 raise RecycleError("chains v2: credit slots with different recycle segments")
-            found = check_recycle(plan, counts + own_counts(plan, s * n_rec, wait_delta,
+            found = check_recycle(plan, counts + own_counts(plan, pos * n_rec, wait_delta,
                                                              self.master.sq_depth),
                                   modified)
             if found:
@@ -243,7 +256,9 @@ class RecyclingChainServer(SlotQueues):
             if self.recycle_hook is not None:  # a mutant: posted as changed, unverified
                 self.recycle_hook(plan)
             self._slots[s].plan = plan
-            self._slots[s].rec_base = s * n_rec
+            self._slots[s].rec_base = pos * n_rec
+            self._slots[s].recycler = r
+            self._slots[s].rec_wait = wait_delta
         # pristine images (scratch and modified WQE runs), in the rings' memory kind
         size = 0
         for s in range(k):
@@ -290,7 +305,7 @@ class RecyclingChainServer(SlotQueues):
             raise RecycleError("; ".join(found))
 
     def _post_segment(self, s: int, scratch_at: int) -> None:
-        """Post credit slot ``s``'s recycle segment on the recycler (once)."""
+        """Post credit slot ``s``'s recycle segment on its recycler (once)."""
         slot = self._slots[s]
         plan = slot.plan
         assert plan is not None and slot.wqe_copies is not None
@@ -298,7 +313,7 @@ class RecyclingChainServer(SlotQueues):
         order = self.nic.profile.atomic_byte_order
         shift = 32 if order == "big" else 0  # the count is the word's first 4 octets
         sig = WqeFlags.SIGNALED
-        rec = self.recycler
+        rec = self.recyclers[slot.recycler]
         signaled_before = 0
         master = self.masters[s]
         master_end = slot.segments[f"master#{s}"][1]
@@ -330,8 +345,9 @@ class RecyclingChainServer(SlotQueues):
                                  sig, remote_addr=q.wqe_addr(c.index) + off,
                                  rkey=q.sq_mr.rkey, swap_add=c.delta << shift, wr_id=wr_id)
             elif st.kind == "wait":
-                wr = WorkRequest(Opcode.WAIT, target=self.recycle_cq.cqn,
-                                 count=s * plan.signaled + signaled_before, wr_id=wr_id)
+                wr = WorkRequest(Opcode.WAIT, target=rec.send_cq.cqn,
+                                 count=slot.rec_base // len(plan.steps)
+                                 * plan.signaled + signaled_before, wr_id=wr_id)
             elif st.kind == "rearm_recv":
                 wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
                                  sig, remote_addr=self.dbrec_addr, rkey=self.dbrec.rkey,
@@ -372,7 +388,7 @@ class RecyclingChainServer(SlotQueues):
         if n < min_batch or n == 0:
             return 0
         k = self.credits
-        limit = 0
+        limits: dict[int, int] = {}  #: recycler -> ENABLE limit
         for _ in range(n):
             number = self.posted
             s = number % k
@@ -399,9 +415,13 @@ class RecyclingChainServer(SlotQueues):
             self.live[number] = cr
             self._slot_credit[s] = number
             self.posted += 1
-            limit = slot.rec_base + (rnd - 1) * self.recycler.sq_depth + self.recycle_wrs
-        self.recycler.enable(limit)
-        self.doorbells += 1
+            rec = self.recyclers[slot.recycler]
+            limits[slot.recycler] = slot.rec_base + (rnd - 1) * rec.sq_depth \
+                + self.recycle_wrs
+        for r, limit in limits.items():  # one MMIO write per recycler the batch uses
+            self.recyclers[r].enable(limit)
+        self.doorbells += len(limits)
+        self.grant_doorbells = len(limits)
         self.free_slots = []
         return n
 
@@ -456,18 +476,20 @@ class RecyclingChainServer(SlotQueues):
     def drained(self) -> bool:
         """Nothing of the chains writes memory any more: every QP (recycler included)
         has no work request in flight but WAITs that will never be satisfied."""
-        for q in (*self.queues().values(), self.recycler):
-            if q.state is not QpState.ERROR and q is not self.recycler:
+        recyclers = tuple(self.recyclers)
+        for q in (*self.queues().values(), *recyclers):
+            if q.state is not QpState.ERROR and q not in recyclers:
                 return False
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
                    for ctx in q.pending):
                 return False
-        return self.responders_idle((self.recycler,))
+        return self.responders_idle(recyclers)
 
     def stop(self, now: int) -> None:
         super().stop(now)
-        if self.recycler.state is not QpState.ERROR:
-            self.recycler.to_error()
+        for rec in self.recyclers:
+            if rec.state is not QpState.ERROR:
+                rec.to_error()
 
     def describe_recycling(self) -> list[str]:
         """Slot 0's recycle segment, one step a line (``kbtpsim chains show --chains

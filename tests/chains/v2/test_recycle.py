@@ -101,5 +101,10 @@ def test_every_credit_slot_of_a_real_chain_verifies(profile: str) -> None:
         p = s._slots[slot].plan
         assert p is not None
         assert p.counts and p.modified  # the WAIT/ENABLE counts, the patched WQEs
-        assert check_recycle(p, p.counts + own_counts(p, p.base, 3 * p.signaled,
+        # its recycler's WAIT advances by one round of the slots that recycler serves
+        sharing = sum(1 for o in s._slots.values() if o.recycler == s._slots[slot].recycler)
+        assert s._slots[slot].rec_wait == sharing * p.signaled
+        assert check_recycle(p, p.counts + own_counts(p, p.base, s._slots[slot].rec_wait,
                                                       s.master.sq_depth), p.modified) == []
+    # decision C16: the slots are dealt out over the recyclers in turn
+    assert [s._slots[i].recycler for i in range(3)] == [i % s.RECYCLERS for i in range(3)]

@@ -1,0 +1,64 @@
+"""Chains v2 pipelining (decision C16): a LOAD of a SEALED entry releases the next credit
+of its connection once its entry Read has landed; an unsealed block delivered with
+ALLOW_UNSEALED, and every other operation, hold the gate to their end. And the credit
+slots are dealt out over the connection's recyclers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kbtpsim.chains.harness import Harness
+from kbtpsim.nic import Opcode
+from kbtpsim.run.runner import run_scenario
+from kbtpsim.scenario.load import load_scenario
+from tests.chains.v2.test_load_direct import _chain
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
+    """``early_load`` ENABLEs the gate in the data Write's step, conditional on the
+    Flags word showing VALID|SEALED twice (A and B): the posted B is 0003 and ALLOW_UNSEALED
+    redirects the entry's Flags to B, so only a sealed entry passes."""
+    ch = _chain()
+    early, write = ch.wr("early_load"), ch.wr("load_write")
+    assert early.opcode is Opcode.ENABLE and early.step == write.step
+    assert early.fields["target"].ref == "qp:gate"  # type: ignore[union-attr]
+    assert early.cond is not None and write.cond is not None
+    assert early.cond.word == write.cond.word  # the same window of w_load
+    # window: Data Length[1:4], A, B, byte count octet; every octet tested
+    assert early.cond.compare[3:7] == b"\x00\x03\x00\x03"
+    assert early.cond.mask == b"\xff" * 8
+    # the data Write accepts B = 0001 (ALLOW_UNSEALED of an unsealed block) too
+    assert write.cond.mask[5:7] == b"\xff\xfd"
+    assert ("early_load", "gate_nop") in ch.graph.edges
+
+
+def test_credit_slots_alternate_between_recyclers() -> None:
+    s = Harness("ideal-be", False, credits=4, chains="v2").server
+    assert len(s.recyclers) == min(s.RECYCLERS, 4) == 2
+    assert [s._slots[i].recycler for i in range(4)] == [0, 1, 0, 1]
+    assert [s._slots[i].rec_base for i in range(4)] == [0, 0, s.recycle_wrs,
+                                                        s.recycle_wrs]
+
+
+def _loads(window: int, seal: bool) -> float:
+    """LOAD-only throughput of one connection (ideal-be), in LOADs per second."""
+    sc = load_scenario(REPO / "scenarios" / "eval-cx5-load-heavy.yaml", [
+        "target.nic.profile=ideal-be", "initiators[0].nic.profile=ideal-be",
+        "initiators[0].count=1", f"initiators[0].workload.window={window}",
+        "initiators[0].workload.mix={load: 1}",
+        f"initiators[0].workload.seal={str(seal).lower()}", "stop.operations=160"])
+    results = run_scenario(sc).results
+    assert results["operations"]["LOAD"]["count"] == 160
+    return float(results["throughput"]["ops_per_s"])
+
+
+def test_sealed_loads_of_one_connection_overlap() -> None:
+    """Simulated throughput (deterministic): at window 8 the sealed LOADs of one
+    connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they hold the
+    gate to their COMPLETION, so a wider window gains them little."""
+    sealed = _loads(8, True) / _loads(1, True)
+    unsealed = _loads(8, False) / _loads(1, False)
+    assert sealed > 1.3, sealed
+    assert unsealed < sealed - 0.2, (sealed, unsealed)
