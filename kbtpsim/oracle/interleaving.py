@@ -139,6 +139,48 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
+                        delay_ns: float = 100_000.0,
+                        observe: dict[str, Any] | None = None, chains: str = "v2",
+                        transform: Any = None) -> list[Divergence]:
+    """Decision C16's limit made concrete: A stores a whole unsealed block at h, then
+    sends, without waiting, a LOAD of h with ALLOW_UNSEALED and an inline STORE of other
+    data to h. The LOAD's chain is delayed before its data Write (fault ``DelayChain``:
+    the connection QP is held there). The software target runs them in order: the LOAD
+    delivers the old contents. A LOAD of an unsealed block holds the gate to its
+    COMPLETION, so the STORE's chain starts only then; one that released the gate early
+    (mutant ``v2-early-unsealed``) lets the STORE copy its data into the block while the
+    LOAD's Write has not read it yet. A sealed block cannot be stored to, which is why a
+    sealed LOAD may release early. ``observe`` gets the LOAD and STORE results
+    (``"load"``, ``"store"``) and the server (``"server"``)."""
+    faults = Faults(delay=DelayChain("A", "load", "load_write", delay_ns))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains=chains)
+    bs = 512
+    pool = Pool(initiators=(("A", X_HANDLE, "default", 2),), blocks=2, block_size=bs)
+    run = _Run(spec, transform, pool)
+    env, server = run.env, run.server
+    a = run.inis["A"]
+
+    def note(res: Any) -> None:
+        if res is not None and res.completion is not None and a.conn is not None:
+            run.results[(a.conn.conn_id, res.completion.request_id)] = res
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        note((yield a.alloc_store(X_HANDLE, b"1" * bs, seal=False)))
+        load = a.load(X_HANDLE, invalidate=False, allow_unsealed=True)
+        store = a.store(X_HANDLE, b"2" * bs, inline=True, invalidate=False)
+        lres = yield load
+        sres = yield store
+        note(lres)
+        note(sres)
+        if observe is not None:
+            observe["load"], observe["store"], observe["server"] = lres, sres, server
+
+    return _run_scripted(run, scenario())
+
+
 def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> list[Divergence]:
     """Run a scripted scenario to its end (5 s of simulated time at most), then the final
     checkpoint: its divergences, in order ("missing" last if it did not complete)."""
@@ -233,4 +275,4 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
 
 
 __all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_interleaving",
-           "run_load_during_free", "run_unsealed_loads"]
+           "run_load_during_free", "run_load_then_store", "run_unsealed_loads"]

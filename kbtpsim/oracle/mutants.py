@@ -24,7 +24,11 @@ from kbtpsim.chains.verify import verify
 from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
 from kbtpsim.oracle.faults import Faults
-from kbtpsim.oracle.interleaving import run_load_during_free, run_unsealed_loads
+from kbtpsim.oracle.interleaving import (
+    run_load_during_free,
+    run_load_then_store,
+    run_unsealed_loads,
+)
 from kbtpsim.oracle.node import V2Mutation
 
 
@@ -214,6 +218,14 @@ def v2_load_skip_entry(chain: Chain) -> None:
         w.cond = replace(w.cond, mask=b"\xff" * 3 + bytes(4) + b"\xff")  # not A, B
 
 
+def v2_early_unsealed(chain: Chain) -> None:
+    """Chains v2 pipelining (decision C16): the LOAD releases the next credit early
+    whenever its data Write runs, also for an unsealed block delivered with
+    ALLOW_UNSEALED, whose owner's next STORE may then overwrite it under the Write."""
+    for w in _need(_wrs(chain, lambda w: w.name == "early_load"), "the early release"):
+        w.cond = chain.wr("load_write").cond
+
+
 def skip_length(chain: Chain) -> None:
     """The message length (the receive's byte count) is not tested (decision C1)."""
     for w in _need(_wrs(chain, lambda w: w.cond is not None and w.cond.word.loc == "buf:bc"),
@@ -366,6 +378,15 @@ def _unsealed_loads(seed: int, profile: str, transform: Any,
                               transform=transform)
 
 
+def _load_then_store(seed: int, profile: str, transform: Any,
+                     observe: dict[str, Any]) -> list[Any]:
+    """A LOAD of an unsealed block (ALLOW_UNSEALED), delayed before its data Write, and
+    the owner's STORE to it right behind on the same connection: random campaigns never
+    hold a Write back while the next request of its connection runs."""
+    return run_load_then_store(profile, seed, observe=observe, chains="v2",
+                               transform=transform)
+
+
 def _load_during_free(seed: int, profile: str, transform: Any,
                       observe: dict[str, Any]) -> list[Any]:
     """B's LOAD chain delayed between its entry Read and its data Write while A frees the
@@ -425,6 +446,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-load-skip-entry", v2_load_skip_entry, "chains v2: the direct LOAD does "
            "not test the entry's Flags (VALID, SEALED), only its Data Length",
            mix="race", chains="v2"),
+    Mutant("v2-early-unsealed", v2_early_unsealed, "chains v2 (pipelining): a LOAD of "
+           "an unsealed block (ALLOW_UNSEALED) releases the next credit before its data "
+           "Write has read the block (decision C16)", chains="v2",
+           scenario=_load_then_store),
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),

@@ -13,6 +13,7 @@ from kbtpsim.oracle.interleaving import (
     run_drop_during_allocation,
     run_interleaving,
     run_load_during_free,
+    run_load_then_store,
 )
 from kbtpsim.wire import Status
 
@@ -101,6 +102,30 @@ def test_v2_without_quiescence_delivers_the_new_contents() -> None:
     from kbtpsim.oracle.node import V2Mutation
 
     divs = run_load_during_free("ideal-be", chains="v2", transform=V2Mutation(quiesce=False))
+    assert [d.kind for d in divs][:1] == ["load-data"]
+
+
+def test_v2_unsealed_load_holds_the_gate_until_it_completed() -> None:
+    """C16: a LOAD of an unsealed block (ALLOW_UNSEALED), delayed 100 us before its data
+    Write, and an inline STORE to the same handle right behind it on the connection: the
+    LOAD does not release the next credit early, so it delivers the old contents (both
+    from the NIC) and the STORE runs after it."""
+    seen: dict[str, object] = {}
+    divs = run_load_then_store("ideal-be", observe=seen)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    assert seen["load"].completion.status == Status.OK  # type: ignore[attr-defined]
+    assert seen["store"].completion.status == Status.OK  # type: ignore[attr-defined]
+    served = seen["server"].served  # type: ignore[attr-defined]
+    assert served["LOAD"] == {"nic": 1, "cpu": 0}
+    assert served["STORE"] == {"nic": 1, "cpu": 0}
+
+
+def test_v2_early_release_of_an_unsealed_load_delivers_the_new_contents() -> None:
+    """The same with the early release's SEALED test taken out (mutant v2-early-unsealed):
+    the STORE's chain overwrites the block before the LOAD's Write reads it."""
+    from kbtpsim.oracle.mutants import CATALOGUE
+
+    divs = run_load_then_store("ideal-be", transform=CATALOGUE["v2-early-unsealed"].transform)
     assert [d.kind for d in divs][:1] == ["load-data"]
 
 
