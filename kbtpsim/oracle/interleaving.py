@@ -158,7 +158,7 @@ def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
     bs = 512
     pool = Pool(initiators=(("A", X_HANDLE, "default", 2),), blocks=2, block_size=bs)
     run = _Run(spec, transform, pool)
-    env, server = run.env, run.server
+    server = run.server
     a = run.inis["A"]
 
     def note(res: Any) -> None:
