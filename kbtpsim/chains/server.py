@@ -149,6 +149,7 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
+                 chain_recyclers: int = 1,
                  **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         # chains v2's LOADs do not re-read the entry: a freed block goes back to the ring
@@ -186,6 +187,10 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch
+        if chain_recyclers < 1:
+            raise ValueError(f"chain_recyclers must be >= 1, got {chain_recyclers!r}")
+        #: chains v2: recycler QPs per connection (decision C16)
+        self.chain_recyclers = chain_recyclers
         self.cpu_slots = cpu_slots
         self.variants = variants
         #: CPU ps to re-post one WQE of a consumed chain (None: the CPU's post cost)
@@ -276,6 +281,8 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
             extra["recycle_hook"] = self.recycle_hook
         if cls is not ChainServer and self.advance_hook is not None:
             extra["advance_hook"] = self.advance_hook
+        if cls is not ChainServer and self.chains_version == "v2":
+            extra["recyclers"] = self.chain_recyclers
         chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
                      self._pool_key, True, ring, cpu_slots=self.cpu_slots, **extra)
         connect(chains.conn, peer, link)

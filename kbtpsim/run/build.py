@@ -256,6 +256,7 @@ def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
     return OffloadedTargetServer(sim, config, addr_le=config.addr_le, variants=variants,
                                  refill_batch=refill_batch(tgt),
                                  chains=chain_design(tgt),
+                                 chain_recyclers=tgt.chain_recyclers,
                                  repost_ns=None if tgt.cpu.repost_wqe is None
                                  else tgt.cpu.repost_wqe / 1000, **kw)
 

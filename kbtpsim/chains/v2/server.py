@@ -101,23 +101,29 @@ class RecyclingChainServer(SlotQueues):
     :class:`ChainServer`."""
 
     RING_ROUNDS = 1
-    #: recyclers per connection, the slots dealt out in turn (decision C16): a recycle
-    #: segment ends with a WAIT for its own restores and advances (loopback atomics, a
-    #: few microseconds), which holds its recycler; with one, a connection's credits
-    #: could not be re-armed faster than one segment at a time, whatever the window
-    RECYCLERS = 2
+    #: recyclers per connection by default, the slots dealt out in turn (decision
+    #: C16): a recycle segment ends with a WAIT for its own restores and advances
+    #: (loopback atomics, a few microseconds), which holds its recycler; with one, a
+    #: connection's credits cannot be re-armed faster than one segment at a time,
+    #: whatever the window; with two, twice as fast, at the price of more NIC work at
+    #: once (scenario key ``target.chain_recyclers``, decision C16)
+    RECYCLERS = 1
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
                  alloc_budget: int = 0, cpu_slots: int = 0,
                  recycle_hook: Callable[[RecyclePlan], None] | None = None,
-                 advance_hook: AdvanceHook | None = None) -> None:
+                 advance_hook: AdvanceHook | None = None,
+                 recyclers: int | None = None) -> None:
         """``recycle_hook`` and ``advance_hook`` (deliberate bugs, kbtpsim.oracle.mutants)
         change every slot's recycle plan, or its advancers' counts by variant, before
         they are posted; they are then not verified (O4)."""
         self.recycle_hook = recycle_hook
         self.advance_hook = advance_hook
+        self.n_recyclers = self.RECYCLERS if recyclers is None else recyclers
+        if self.n_recyclers < 1:
+            raise RecycleError(f"chains v2 need at least 1 recycler, got {recyclers}")
         why = recycle_blockers(nic.profile)
         if why:
             raise RecycleError(f"chains v2 cannot recycle on profile {nic.profile.name!r}: "
@@ -200,7 +206,7 @@ class RecyclingChainServer(SlotQueues):
             if w.disarmed:
                 wqe_dests.add(w.name)
         # the recyclers: each its own CQ (never polled; its WAITs count it), managed QP
-        n_recyclers = min(self.RECYCLERS, k)
+        n_recyclers = min(self.n_recyclers, k)
         self.recycle_cqs = [nic.create_cq(1 << 12, ignore_overrun=True)
                             for _ in range(n_recyclers)]
         plans: list[tuple[int, list[CountField], set[tuple[str, int]]]] = []

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kbtpsim.chains.harness import Harness
+from kbtpsim.chains.v2.server import RecyclingChainServer
 from kbtpsim.nic import Opcode
 from kbtpsim.run.runner import run_scenario
 from kbtpsim.scenario.load import load_scenario
@@ -34,20 +37,21 @@ def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
     assert ("early_load", "gate_nop") in ch.graph.edges
 
 
-def test_credit_slots_alternate_between_recyclers() -> None:
+def test_credit_slots_alternate_between_recyclers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RecyclingChainServer, "RECYCLERS", 2)
     s = Harness("ideal-be", False, credits=4, chains="v2").server
-    assert len(s.recyclers) == min(s.RECYCLERS, 4) == 2
+    assert len(s.recyclers) == 2
     assert [s._slots[i].recycler for i in range(4)] == [0, 1, 0, 1]
     assert [s._slots[i].rec_base for i in range(4)] == [0, 0, s.recycle_wrs,
                                                         s.recycle_wrs]
 
 
-def _loads(window: int, seal: bool) -> float:
+def _loads(window: int, seal: bool, recyclers: int = 2) -> float:
     """LOAD-only throughput of one connection (ideal-be), in LOADs per second."""
     sc = load_scenario(REPO / "scenarios" / "eval-cx5-load-heavy.yaml", [
         "target.nic.profile=ideal-be", "initiators[0].nic.profile=ideal-be",
         "initiators[0].count=1", f"initiators[0].workload.window={window}",
-        "initiators[0].workload.mix={load: 1}",
+        "initiators[0].workload.mix={load: 1}", f"target.chain_recyclers={recyclers}",
         f"initiators[0].workload.seal={str(seal).lower()}", "stop.operations=160"])
     results = run_scenario(sc).results
     assert results["operations"]["LOAD"]["count"] == 160
@@ -55,10 +59,16 @@ def _loads(window: int, seal: bool) -> float:
 
 
 def test_sealed_loads_of_one_connection_overlap() -> None:
-    """Simulated throughput (deterministic): at window 8 the sealed LOADs of one
-    connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they hold the
-    gate to their COMPLETION, so a wider window gains them little."""
+    """Simulated throughput (deterministic), two recyclers: at window 8 the sealed LOADs
+    of one connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they
+    hold the gate to their COMPLETION, so a wider window gains them little."""
     sealed = _loads(8, True) / _loads(1, True)
     unsealed = _loads(8, False) / _loads(1, False)
     assert sealed > 1.3, sealed
     assert unsealed < sealed - 0.2, (sealed, unsealed)
+
+
+def test_one_recycler_bounds_the_pipeline() -> None:
+    """``target.chain_recyclers: 1`` (the default): the slots' recycle segments run one at
+    a time on the connection's one recycler, which then bounds the window-8 throughput."""
+    assert _loads(8, True, recyclers=1) / _loads(1, True, recyclers=1) < 1.2
