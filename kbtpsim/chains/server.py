@@ -149,7 +149,7 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
-                 chain_recyclers: int = 1,
+                 chain_recyclers: int = 2,
                  **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         # chains v2's LOADs do not re-read the entry: a freed block goes back to the ring

@@ -251,14 +251,13 @@ class TargetSpec(Strict):
         "(`kbtpsim chains explain OP --nic PROFILE --chains v2` says why; decision C14); "
         "results.json `targets.<name>.chains` records the design that ran.")
     chain_recyclers: int = Field(
-        1, ge=1, le=64, description="Offload mode, chains v2: recycler QPs per connection "
+        2, ge=1, le=64, description="Offload mode, chains v2: recycler QPs per connection "
         "(the credit slots dealt out in turn; a grant rings each one it uses). One "
         "re-arms a connection's credits one segment at a time (about 6 us each), which "
-        "bounds what pipelining (decision C16) gains at a wider window: 2 lets one "
-        "connection's sealed LOADs at window 8 run 1.7x faster than at window 1, but "
-        "runs more NIC work at once beside other requests (on the KV workload, store p50 "
-        "+20 % at light load, throughput -3 % at heavy; docs/chains.md, 'Pipelining'). "
-        "Ignored with chains v1.")
+        "bounds what pipelining (decision C16) gains at a wider window; two let one "
+        "connection's sealed LOADs run 1.7x faster at window 8 than at window 1, for a "
+        "second doorbell per grant and more NIC work at once (docs/chains.md, "
+        "'Pipelining'). Ignored with chains v1.")
     nic: NicSpec = Field(default_factory=NicSpec, description="The target's NIC.")
     cpu: CpuSpec = Field(default_factory=CpuSpec, description="The target's CPU.")
     blocks: int = Field(1024, ge=1, le=1 << 28, description="F: blocks in the pool.")

@@ -107,7 +107,7 @@ class RecyclingChainServer(SlotQueues):
     #: connection's credits cannot be re-armed faster than one segment at a time,
     #: whatever the window; with two, twice as fast, at the price of more NIC work at
     #: once (scenario key ``target.chain_recyclers``, decision C16)
-    RECYCLERS = 1
+    RECYCLERS = 2
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kbtpsim.chains.harness import Harness
 from kbtpsim.chains.v2.server import RecyclingChainServer
 from kbtpsim.nic import Opcode
@@ -37,8 +35,8 @@ def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
     assert ("early_load", "gate_nop") in ch.graph.edges
 
 
-def test_credit_slots_alternate_between_recyclers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RecyclingChainServer, "RECYCLERS", 2)
+def test_credit_slots_alternate_between_recyclers() -> None:
+    assert RecyclingChainServer.RECYCLERS == 2  # the default (target.chain_recyclers)
     s = Harness("ideal-be", False, credits=4, chains="v2").server
     assert len(s.recyclers) == 2
     assert [s._slots[i].recycler for i in range(4)] == [0, 1, 0, 1]
@@ -59,8 +57,8 @@ def _loads(window: int, seal: bool, recyclers: int = 2) -> float:
 
 
 def test_sealed_loads_of_one_connection_overlap() -> None:
-    """Simulated throughput (deterministic), two recyclers: at window 8 the sealed LOADs
-    of one connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they
+    """Simulated throughput (deterministic), two recyclers (the default): at window 8 the
+    sealed LOADs of one connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they
     hold the gate to their COMPLETION, so a wider window gains them little."""
     sealed = _loads(8, True) / _loads(1, True)
     unsealed = _loads(8, False) / _loads(1, False)
@@ -69,6 +67,6 @@ def test_sealed_loads_of_one_connection_overlap() -> None:
 
 
 def test_one_recycler_bounds_the_pipeline() -> None:
-    """``target.chain_recyclers: 1`` (the default): the slots' recycle segments run one at
-    a time on the connection's one recycler, which then bounds the window-8 throughput."""
+    """``target.chain_recyclers: 1``: the slots' recycle segments run one at a time on
+    the connection's one recycler, which then bounds the window-8 throughput."""
     assert _loads(8, True, recyclers=1) / _loads(1, True, recyclers=1) < 1.2
