@@ -49,6 +49,7 @@ from kbtpsim.nic import (
     MemoryRegion,
     Nic,
     QpState,
+    QueuePair,
     Sge,
     WorkRequest,
     WqeFlags,
@@ -241,15 +242,15 @@ class RecyclingChainServer(SlotQueues):
         # slot 0's segment: its length and signaled WRs size the recycler (same per slot)
         probe = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0)
         n_rec, p_rec = len(probe.steps), probe.signaled
-        self.recyclers = []
-        for r, cq in enumerate(self.recycle_cqs):
-            q = nic.create_qp(cq, cq, sq_depth=len(range(r, k, n_recyclers)) * n_rec,
+        self.recyclers: list[QueuePair] = []
+        for i, cq in enumerate(self.recycle_cqs):
+            q = nic.create_qp(cq, cq, sq_depth=len(range(i, k, n_recyclers)) * n_rec,
                               managed=True, sq_in_nic_memory=self.device_memory)
             connect(q, q)
             self.recyclers.append(q)
         for s, counts, modified in plans:
-            r, pos = s % n_recyclers, s // n_recyclers
-            wait_delta = len(range(r, k, n_recyclers)) * p_rec
+            rec_i, pos = s % n_recyclers, s // n_recyclers
+            wait_delta = len(range(rec_i, k, n_recyclers)) * p_rec
             plan = plan_recycle(counts, modified, self.slot_size, pos * n_rec, wait_delta,
                                 self.master.sq_depth)
             if plan.signaled != p_rec or len(plan.steps) != n_rec:
@@ -263,7 +264,7 @@ class RecyclingChainServer(SlotQueues):
                 self.recycle_hook(plan)
             self._slots[s].plan = plan
             self._slots[s].rec_base = pos * n_rec
-            self._slots[s].recycler = r
+            self._slots[s].recycler = rec_i
             self._slots[s].rec_wait = wait_delta
         # pristine images (scratch and modified WQE runs), in the rings' memory kind
         size = 0
