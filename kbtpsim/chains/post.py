@@ -28,10 +28,12 @@ from dataclasses import dataclass
 
 import simpy
 
-from kbtpsim.chains.compiler import CONSTS, RCQE, REQ_LEN, SESSION_OCTET, VARIANTS
+from kbtpsim.chains.compiler import CONSTS, REQ_LEN, SESSION_OCTET, VARIANTS
 from kbtpsim.chains.cpu_control import CpuControl
-from kbtpsim.chains.ir import Addr, Chain, Role, WrTemplate
+from kbtpsim.chains.failure import ChainFailure
+from kbtpsim.chains.ir import Chain, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
+from kbtpsim.chains.scratch import ScratchBuffers
 from kbtpsim.chains.vocab import session_octets
 from kbtpsim.chains.wr_build import _LOC, COMMIT_TAG, CPU_WR, ROLE_BITS, WrResolution, _Credit
 from kbtpsim.nic import (
@@ -40,7 +42,6 @@ from kbtpsim.nic import (
     Cqe,
     MemoryRegion,
     Nic,
-    QpState,
     QueuePair,
     Sge,
     WcOpcode,
@@ -81,7 +82,7 @@ class Finished:
         return self.served is None
 
 
-class ChainServer(CpuControl, WrResolution):
+class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
     """Pre-posted chains of one connection (see module docstring)."""
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
@@ -322,52 +323,6 @@ class ChainServer(CpuControl, WrResolution):
             self.master.ring_doorbell()
         self.doorbells += 1
 
-    # ------------------------------------------------------------------ buffers
-    def _buffer_sizes(self) -> dict[str, int]:
-        names: dict[str, int] = {"hdr": 8, "ct": 32, "dd": 24, "w": 8, "bo": 16, "done": 8}
-        for w in self.templates:
-            for src in [*w.fields.values()]:
-                if isinstance(src, Addr) and src.ref.startswith("buf:"):
-                    names.setdefault(src.ref[4:], 8)
-            for rd in w.gather + ((w.cond.word,) if w.cond else ()):
-                m = _LOC.match(rd.loc)
-                if m and m.group(1) == "buf":
-                    names.setdefault(m.group(2), 8)
-            for p in w.places:
-                m = _LOC.match(p.dest)
-                if m and m.group(1) == "buf":
-                    size = max(8, p.offset + p.length)
-                    names[m.group(2)] = max(names.get(m.group(2), 8), size)
-        for k in CONSTS:
-            names.pop(k, None)
-        names.pop(RCQE, None)
-        names.pop("k_bs", None)
-        return {k: (v + 7) // 8 * 8 for k, v in names.items()}
-
-    def _init_buffers(self, slot: int) -> dict[str, int]:
-        mem = self.nic.host.memory
-        bufs = self._buffer_addrs(slot)
-        for name, size in self.sizes.items():
-            at = bufs[name]
-            # all ones in the entry word and the FetchAdd result: nothing read yet (a
-            # Ticket never reads all ones with its Slot Offset); tests of an entry never
-            # read fail, and a failed connection's salvage tells what ran (decision O5)
-            fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
-            if name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags A,
-                # B, the byte count's octet (chains/load_direct.py)
-                fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x03" \
-                    + bytes(1) + b"\xff" * (size - 13)
-            elif name == "au_load":  # C15: where ALLOW_UNSEALED scatters the entry Flags
-                fill = (bufs["w_load"] + 10).to_bytes(
-                    8, self.nic.profile.wqe_field_byte_order).ljust(size, b"\0")
-            if name == "ct":
-                fill = CONSTS["k_hdr"] + bytes(size - 4)
-            elif name in ("seq", "bo", "bo2"):  # slot Sequence / Block Offsets: unread
-                fill = (b"\xff" * 4 + bytes(size - 4)) if name == "seq" else \
-                    (bytes(4) + b"\xff" * 8 + bytes(size - 12))
-            mem.write(at, fill)
-        return bufs
-
     # ------------------------------------------------------------------ posting
     def _post_credit(self) -> None:
         number = self.posted
@@ -534,62 +489,6 @@ class ChainServer(CpuControl, WrResolution):
             out.extend(self.unfinished(now))
         return out
 
-    # ------------------------------------------------------------------ failure
-    def stop(self, now: int) -> None:
-        """The connection failed (at ``now`` at the latest): move the chain's own QPs
-        (worker, master, gate) to the error state too, so that nothing of its chains
-        starts after this (``ibv_modify_qp(IBV_QPS_ERR)``; their outstanding WRs flush).
-        Credits that had not committed before the failure are reported unserved from now
-        on (:meth:`poll`). Then wait for :meth:`drained`."""
-        if self.failed_at is None or now < self.failed_at:
-            self.failed_at = now
-        for qp in self.queues().values():
-            if qp.state is not QpState.ERROR:
-                qp.to_error()
-
-    def drained(self) -> bool:
-        """Every work request posted on the connection's QPs has completed (with success
-        or flushed) and every memory write the NIC issued for them (a responder's
-        placement or atomic result, a Read response) is visible: nothing of the chains
-        writes memory any more."""
-        return all(qp.retired >= qp.post_index for qp in self.queues().values()) \
-            and self.responders_idle()
-
-    def responders_idle(self, others: tuple[QueuePair, ...] = ()) -> bool:
-        """No packet of the connection's QPs (and ``others``) waits or is being handled,
-        and their NIC's memory writes for them have landed (a loopback atomic accepted
-        just before the QP failed still writes its result: decision O5)."""
-        now = self.nic.env.now
-        return all(not qp.rxq and qp.rx_msg is None and qp.dma_until < now
-                   for qp in (*self.queues().values(), *others))
-
-    def images(self, credit: int) -> tuple[bytes, bytes]:
-        """What the credit's chain read before it wrote anything (octets as in memory):
-        the table entry (its ``read_entry``: ``buf:w``, ``buf:bo+4``) and, for an
-        allocation, the ring slot (its slot Read: ``buf:seq``, ``buf:bo2+4``; zeros if
-        none). A target that must undo a chain cut by a connection failure writes them
-        back (decision O5)."""
-        bufs = self._bufs_of(credit)
-        mem = self.nic.host.memory
-        entry = mem.read(bufs["w"], 8) + mem.read(bufs["bo"] + 4, 8)
-        slot = (mem.read(bufs["seq"], 8) + mem.read(bufs["bo2"] + 4, 8)
-                if "seq" in bufs and "bo2" in bufs else bytes(16))
-        return entry, slot
-
-    def _bufs_of(self, credit: int) -> dict[str, int]:
-        cr = self.live.get(credit)
-        return cr.bufs if cr is not None else self._buffer_addrs(credit % self.credits)
-
-    def _buffer_addrs(self, slot: int) -> dict[str, int]:
-        """The addresses of credit slot ``slot``'s scratch buffers and staging."""
-        at = self.scratch_addr + slot * self.slot_size
-        bufs = {}
-        for name, size in self.sizes.items():
-            bufs[name] = at
-            at += size
-        bufs["stg"] = self.staging_addr + slot * self.stg_size
-        return bufs
-
     def _finish(self, cr: _Credit, now: int) -> Finished:
         """The credit's chain ended: what the CPU learns of it."""
         ticket = None
@@ -616,22 +515,6 @@ class ChainServer(CpuControl, WrResolution):
             read = None
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
                         self._effect_time(cr), read)
-
-    def unfinished(self, now: int) -> list[Finished]:
-        """After :meth:`stop` and :meth:`drained`: the credits whose request arrived but
-        that :meth:`poll` has not reported (their chain never ended), reported now, as
-        not served, with their Ticket if their FetchAdd ran; credits that received
-        nothing are dropped."""
-        out = []
-        for n in sorted(self.live):
-            if n < self.finished:
-                continue  # taken early by the CPU
-            cr = self.live.pop(n)
-            self.free_slots.append(n % self.credits)
-            if cr.recv_len is not None:
-                out.append(self._finish(cr, now))
-        self.finished = max(self.finished, self.posted)
-        return out
 
     def arrived(self) -> tuple[int, bytes] | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)
