@@ -488,7 +488,10 @@ class QueuePair(RxSide, SendOps):
                             status=status.name)
 
     def to_error(self) -> None:
-        """Move to the error state: flush the send and receive queues."""
+        """Move to the error state: flush the send and receive queues, and wake a message
+        waiting for a receive WQE (it is dropped: the receiver would otherwise stall, and
+        the acknowledgements queued behind it with it)."""
         self.state = QpState.ERROR
         self._exec_sig.fire()
         self._flush_rq()
+        self._rq_sig.fire()

@@ -174,8 +174,12 @@ class RecvQueue:
             yield ev
 
     def _take_recv(self) -> Gen:
-        """The next receive WQE (waiting for one to be posted): (index, scatter list)."""
+        """The next receive WQE (waiting for one to be posted): (index, scatter list);
+        None if the QP is, or goes, into the error state meanwhile (the message is then
+        dropped: an error QP receives nothing, and its flushed receive queue is empty)."""
         while self.rq_consumed >= self.rq_post:
+            if self.state is QpState.ERROR:  # type: ignore[attr-defined]
+                return None
             yield self._rq_sig.wait()
         idx = self.rq_consumed
         self.rq_consumed = idx + 1

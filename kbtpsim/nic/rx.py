@@ -192,10 +192,11 @@ class RxSide(RecvQueue):
 
     def _r_send(self, pkt: Packet) -> Gen:
         if pkt.first:
-            if self._responder_down():
+            got = None if self._responder_down() else (yield from self._take_recv())
+            if got is None:  # an error QP, or one that went into error while it waited
                 self.rx_msg = RxMessage(pkt.seq, -1, [], WcStatus.REM_OP_ERR)
             else:
-                idx, sges = yield from self._take_recv()
+                idx, sges = got
                 pieces: list[tuple[int, int]] = []
                 status = WcStatus.SUCCESS
                 if pkt.total > sum(s.length for s in sges):
@@ -273,7 +274,11 @@ class RxSide(RecvQueue):
 
     def _r_write_imm(self, pkt: Packet) -> Gen:
         """The end of a WRITE_WITH_IMM: it consumes a receive (waiting for one)."""
-        idx, _sges = yield from self._take_recv()
+        got = yield from self._take_recv()
+        if got is None:  # the QP went into the error state while it waited
+            self._nak(pkt.seq, WcStatus.REM_OP_ERR)
+            return
+        idx, _sges = got
         self._recv_cqe(self.env.now, idx, WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM,
                        pkt.total, pkt.imm)
         self._send(Packet(PktKind.ACK, pkt.seq))

@@ -5,7 +5,9 @@ One campaign = one seed, one NIC profile, one byte order (ADDR_LE on or off), on
 operations, optional faults and an optional mutant. Four initiators (``a``, ``b``, ``c``
 in one trust domain, ``d`` in another; quotas summing to the pool, so the ring runs
 empty) each run their own seeded sequence of requests concurrently on one simulated
-server, one request outstanding at a time. Each first stores two sealed full blocks
+server, one request outstanding at a time (mix ``pipeline``: LOADs sent back to back
+with an operation on the initiator's own handles right behind them, all outstanding at
+once on the connection, decision C16). Each first stores two sealed full blocks
 (*published* handles, which it never changes again); the others LOAD those concurrently
 (a LOAD of a handle another connection is changing has no single linearisation with
 chains that read the entry and the block at different times, so campaigns do not race
@@ -63,6 +65,9 @@ MIXES: dict[str, dict[str, int]] = {
     # cross-connection races: LOADs of other initiators' private handles while their
     # owners free, re-allocate and store them (decision O3); partial and whole blocks
     "race": {"alloc": 20, "free": 18, "store": 8, "xrace": 24, "load": 4},
+    # one connection's requests overlapping (decision C16): LOADs sent back to back and
+    # an operation on the initiator's own handles right behind them, all outstanding
+    "pipeline": {"burst": 30, "alloc": 10, "free": 8, "store": 6, "load": 4, "xload": 4},
 }
 
 
@@ -215,9 +220,44 @@ class _Actor:
             res = yield self.ini.alloc_store(h, self.data(), seal=True)
             self.note(res)
 
+    def burst(self) -> Gen:
+        """One to three LOADs sent back to back (the initiator's own bound handles, with
+        or without ALLOW_UNSEALED, and other initiators' published ones), then one
+        operation on its own handles (alloc, store, free, load, stale), all outstanding
+        at once on the connection; every result is noted, in the order they went out
+        (a connection failure: the first error is raised once all have ended).
+        LOADs change nothing the actor's view of its handles depends on, so the last
+        operation picks its handle as it would alone."""
+        ini, rng, env = self.ini, self.rng, self.run.env
+        procs = []
+        for _ in range(rng.randrange(1, 4)):
+            if rng.random() < 0.5:
+                other = rng.choice([a for a in self.run.actors if a is not self])
+                procs.append(ini.load(rng.choice(other.published), invalidate=False))
+            else:
+                h = self.pick_bound(private=False) or self.published[0]
+                procs.append(ini.load(h, invalidate=rng.random() < 0.2,
+                                      allow_unsealed=rng.random() < 0.5))
+        tail = rng.choice(("alloc", "store", "free", "load", "stale"))
+        procs.append(env.process(self.step(tail)))
+        # wait for every one (a connection failure fails them all: each is waited for,
+        # so none is left failing unobserved), then note them, or raise the first failure
+        failed: BaseException | None = None
+        for proc in procs:
+            try:
+                res = yield proc
+            except (ConnectionLost, RdmaError) as exc:
+                failed = failed or exc
+                continue
+            self.note(res)
+        if failed is not None:
+            raise failed
+
     def step(self, kind: str) -> Gen:
         """One request (or reconnection) of ``kind``."""
         ini, rng = self.ini, self.rng
+        if kind == "burst":
+            return (yield from self.burst())
         inv = rng.random() < 0.2
         gen0 = 0
         if kind == "alloc":

@@ -247,7 +247,8 @@ def add_oracle_parsers(subparsers: Any) -> None:
     q.add_argument("--phases", type=int, default=3, metavar="N",
                    help="quiescent checkpoints after the setup (default 3)")
     q.add_argument("--mix", default="default", metavar="M,...",
-                   help="operation mixes: default, valid, invalid, churn, fill, race")
+                   help="operation mixes: default, valid, invalid, churn, fill, race, "
+                        "pipeline")
     q.add_argument("--faults", metavar="F,...",
                    help="delay, stall, reorder, reorder-target, slot, drop, rogue (see "
                    "docs/oracle.md)")

@@ -87,6 +87,22 @@ def test_send_waits_for_a_late_receive(pair: Pair) -> None:
     assert pair.cqa.poll()[0].status is WcStatus.SUCCESS
 
 
+def test_send_waiting_for_a_receive_is_dropped_when_the_qp_fails(pair: Pair) -> None:
+    """A Send that waits for a receive WQE on a QP that then goes into the error state is
+    refused (the requester gets REM_OP_ERR) and the receiver goes on: it does not stall
+    with every later packet, acknowledgements included, queued behind it (found by the
+    oracle's ``pipeline`` mix with connection drops)."""
+    pair.qa.post_send(WorkRequest(Opcode.SEND, flags=S, inline_data=b"late"))
+    pair.qa.ring_doorbell()
+    pair.sim.run(until=20_000_000)
+    assert pair.cqa.poll() == []  # waiting for a receive (RNR)
+    pair.qb.to_error()
+    pair.run()
+    assert [c.status for c in pair.cqa.poll()] == [WcStatus.REM_OP_ERR]
+    assert not pair.qb.rxq and pair.qb.rx_msg is None
+    assert pair.b.host.memory.read(pair.bufb, 4) == bytes(4)
+
+
 def test_multi_packet_read(pair: Pair) -> None:
     data = bytes(i % 251 for i in range(20000))
     pair.b.host.memory.write(pair.bufb + 4096, data)

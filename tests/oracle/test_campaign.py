@@ -64,3 +64,14 @@ def test_larger_campaign(profile: str, mix: str) -> None:
             res = run_campaign(Spec(seed=seed, profile=profile, addr_le=addr_le, ops=160,
                                     phases=4, mix=mix))
             assert res.ok, (res.spec.replay(), [d.as_dict() for d in res.divergences[:3]])
+
+
+@pytest.mark.parametrize(("profile", "ops"), [("ideal-be", 64), ("cx5", 24)])
+def test_pipelined_requests_of_one_connection_agree(profile: str, ops: int) -> None:
+    """Decision C16 under the oracle: mix ``pipeline`` sends LOADs back to back with an
+    operation on the initiator's own handles right behind them (the sealed LOADs release
+    the next credit before their data Write ends, on ideal-be), chains v2."""
+    res = run_campaign(Spec(seed=1, profile=profile, addr_le=False, ops=ops, phases=2,
+                            mix="pipeline", chains="v2"))
+    assert res.ok, (res.spec.replay(), [d.as_dict() for d in res.divergences[:3]])
+    assert res.nic_served > 0
