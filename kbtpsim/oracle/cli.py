@@ -246,9 +246,9 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    help="requests per campaign after the setup (default 96)")
     q.add_argument("--phases", type=int, default=3, metavar="N",
                    help="quiescent checkpoints after the setup (default 3)")
-    q.add_argument("--mix", default="default", metavar="M,...",
+    q.add_argument("--mix", default="default,pipeline", metavar="M,...",
                    help="operation mixes: default, valid, invalid, churn, fill, race, "
-                        "pipeline")
+                        "pipeline (default: default,pipeline)")
     q.add_argument("--faults", metavar="F,...",
                    help="delay, stall, reorder, reorder-target, slot, drop, rogue (see "
                    "docs/oracle.md)")

@@ -17,7 +17,8 @@ def test_check_prints_plan_and_passes(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert rc == 0
     assert "seeds 3..3 (1) x profiles cx5" in out and "16 requests per campaign" in out
-    assert "1 campaigns, 0 diverged" in out
+    assert "mixes default,pipeline" in out  # the default mixes (decision C16)
+    assert "2 campaigns, 0 diverged" in out
     # the campaign line's parts add up to its total: one set of requests, setup included
     got = re.search(r" (\d+) requests with the setup \((\d+) NIC, (\d+) CPU\), "
                     r"0 divergences$", out, re.M)
@@ -32,7 +33,7 @@ def test_check_takes_each_profiles_default_design(
     rc = main(["check", "--seed", "2", "--profiles", "ideal,ideal-be", "--ops", "12",
                "--phases", "1", "--addr-le", "on"])
     out = capsys.readouterr().out
-    assert rc == 0 and "2 campaigns, 0 diverged" in out
+    assert rc == 0 and "4 campaigns, 0 diverged" in out
     assert "chains ideal v1, ideal-be v2" in out
 
 

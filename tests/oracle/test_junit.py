@@ -18,7 +18,7 @@ def test_junit_report_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[s
     # off diverges; --stop leaves ideal-be ADDR_LE on out (skipped)
     rc = main(["check", "--seed", "1", "--profiles", "irdma,ideal-be", "--ops", "24",
                "--phases", "1", "--addr-le", "both", "--mutant", "swap-length-offset",
-               "--stop", "--junit", str(report)])
+               "--mix", "default", "--stop", "--junit", str(report)])
     assert rc == 1
     out = capsys.readouterr().out
     assert f"junit: {report} (4 test cases, 1 failures)" in out
@@ -53,7 +53,8 @@ def test_junit_report_of_a_passing_check(tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "ok.xml"
     assert main(["check", "--seed", "3", "--profiles", "cx5", "--ops", "16", "--phases", "1",
-                 "--addr-le", "default", "--junit", str(report), "--json"]) == 0
+                 "--addr-le", "default", "--mix", "default", "--junit", str(report),
+                 "--json"]) == 0
     assert "junit:" not in capsys.readouterr().out  # --json: JSON lines only
     suite = next(iter(junitparser.JUnitXml.fromfile(str(report))))
     assert (suite.tests, suite.failures, suite.skipped) == (1, 0, 0)
