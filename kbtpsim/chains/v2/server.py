@@ -42,6 +42,7 @@ from kbtpsim.chains.v2.recycle import (
     own_counts,
     plan_recycle,
 )
+from kbtpsim.chains.v2.segment import SegmentPosting
 from kbtpsim.chains.v2.slots import SlotQueues
 from kbtpsim.chains.vocab import session_octets
 from kbtpsim.nic import (
@@ -50,13 +51,12 @@ from kbtpsim.nic import (
     Nic,
     QpState,
     QueuePair,
-    Sge,
     WorkRequest,
     WqeFlags,
     connect,
 )
 from kbtpsim.nic.profile import NicProfile
-from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
+from kbtpsim.nic.wqe import Opcode
 
 
 class RecycleError(ValueError):
@@ -97,7 +97,7 @@ class _Slot:
     private: list[CountField] = field(default_factory=list)
 
 
-class RecyclingChainServer(SlotQueues):
+class RecyclingChainServer(SegmentPosting, SlotQueues):
     """Chains re-armed by the NIC (module docstring). Same arguments as
     :class:`ChainServer`."""
 
@@ -310,64 +310,6 @@ class RecyclingChainServer(SlotQueues):
         found = post_advancers(self, s, self.advance_hook)
         if found:
             raise RecycleError("; ".join(found))
-
-    def _post_segment(self, s: int, scratch_at: int) -> None:
-        """Post credit slot ``s``'s recycle segment on its recycler (once)."""
-        slot = self._slots[s]
-        plan = slot.plan
-        assert plan is not None and slot.wqe_copies is not None
-        qps = self.queues()
-        order = self.nic.profile.atomic_byte_order
-        shift = 32 if order == "big" else 0  # the count is the word's first 4 octets
-        sig = WqeFlags.SIGNALED
-        rec = self.recyclers[slot.recycler]
-        signaled_before = 0
-        master = self.masters[s]
-        master_end = slot.segments[f"master#{s}"][1]
-        for i, st in enumerate(plan.steps):
-            wr_id = s << 16 | i  # on the recycler's own CQ, which only its WAITs count
-            if st.kind == "restore_scratch":
-                wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.pristine, self.slot_size,
-                                                         self.pristine.lkey),),
-                                 sig, remote_addr=scratch_at, rkey=self.scratch.rkey,
-                                 wr_id=wr_id)
-            elif st.kind in ("restore_wqes", "restore_ctrl"):
-                role, first, n = st.span
-                q = qps[role]
-                length = CTRL_SIZE if st.kind == "restore_ctrl" else n * q.stride
-                wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.wqe_copies[(role, first)],
-                                                         length, self.pristine.lkey),),
-                                 sig, remote_addr=q.wqe_addr(first), rkey=q.sq_mr.rkey,
-                                 wr_id=wr_id)
-            elif st.kind == "advance":
-                c = st.count
-                assert c is not None
-                q = rec if c.qp == "recycler" else qps[c.qp]
-                if c.qp == "recycler":  # its own WAIT/ENABLE (no condition)
-                    probe = WorkRequest(Opcode.WAIT if c.opcode == "WAIT" else Opcode.ENABLE)
-                else:
-                    probe = q.posted[c.index % q.sq_depth]
-                off = field_layout(probe)["wait_index"][0]
-                wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
-                                 sig, remote_addr=q.wqe_addr(c.index) + off,
-                                 rkey=q.sq_mr.rkey, swap_add=c.delta << shift, wr_id=wr_id)
-            elif st.kind == "wait":
-                wr = WorkRequest(Opcode.WAIT, target=rec.send_cq.cqn,
-                                 count=slot.rec_base // len(plan.steps)
-                                 * plan.signaled + signaled_before, wr_id=wr_id)
-            elif st.kind == "rearm_recv":
-                wr = WorkRequest(Opcode.FETCH_ADD, (Sge(self.sink_addr, 8, self.sink.lkey),),
-                                 sig, remote_addr=self.dbrec_addr, rkey=self.dbrec.rkey,
-                                 swap_add=1 << 32, wr_id=wr_id)
-            elif st.kind == "nop":  # a step a mutant took out (kbtpsim.oracle.mutants)
-                wr = WorkRequest(Opcode.NOP, flags=sig if st.signaled else WqeFlags.NONE,
-                                 wr_id=wr_id)
-            else:  # enable_master: through this credit's next round
-                wr = WorkRequest(Opcode.ENABLE, target=master.qpn,
-                                 count=master_end + master.sq_depth, wr_id=wr_id)
-            idx = rec.post_send(wr)
-            assert idx == slot.rec_base + i, (idx, slot.rec_base, i)
-            signaled_before += st.signaled
 
     # ------------------------------------------------------------ the CPU's side
     def _grantable(self) -> int:
