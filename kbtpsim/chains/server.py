@@ -46,6 +46,7 @@ from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
 from kbtpsim.chains.quiesce import FreeQuiescence
 from kbtpsim.chains.recovery import ChainRecovery
+from kbtpsim.chains.serving import CHAIN, REFILL, CreditServing
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain, recycle_blockers
 from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
 from kbtpsim.nic.memory import ByteOrder
@@ -64,11 +65,6 @@ DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs ta
                      "from its own ring (decision S1), the chains' ring is the shared one")
 UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serves it all"
 
-#: CPU accounts that are not KBTP operations
-REFILL = "REFILL"  #: re-posting chains (per-WR posting and doorbells)
-#: noticing credits the NIC served (a CQ poll, ALLOC_STORE bookkeeping) and the CPU's
-#: MMIO writes on the chains: gate ENABLEs, session and quota octets in device memory
-CHAIN = "CHAIN"
 
 
 def aligned_table(config: TargetConfig) -> tuple[int, int]:
@@ -133,7 +129,8 @@ class _ChainConn:
     checked: int = -1
 
 
-class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer):
+class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
+                            SoftwareTargetServer):
     """A KBTP target whose NIC runs the chains (see the module docstring).
 
     Arguments as :class:`SoftwareTargetServer`, plus ``refill_batch`` (re-post finished
@@ -511,120 +508,6 @@ class OffloadedTargetServer(ChainRecovery, FreeQuiescence, SoftwareTargetServer)
         if ccs:
             self._kick()
 
-    def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen:
-        """The NIC served ``f``: note it (the target sees the NIC's writes in memory)."""
-        conn = cc.conn
-        assert conn is not None
-        now = int(self.env.now)
-        op = op_name(f.request)
-        self._count(op, "nic")
-        conn.received.append(f.request)
-        # for replay(): the request took effect when the NIC ran it (the reference sorts
-        # the log by time); its store data, if any, is the initiator's (read_source)
-        self.log.append(("nic", cc.conn_id, f.request, now if f.nic_time is None
-                         else f.nic_time))
-        if f.ticket is not None:
-            self._log_ticket(f.ticket)
-        self.cpu.count(CHAIN)
-        yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
-        if f.ticket is None:  # LOAD, STORE: only the completion counter
-            self.target.note_chain_op(op)
-        else:  # the chain bound a handle: the CPU's bookkeeping
-            effects = self.target.note_chain_alloc(cc.conn_id, f.request, f.ticket, now)
-            self._kick()
-            yield from self.carry_out(effects, CHAIN)  # e.g. a FREE deferred on that slot
-
-    def _serve_cpu(self, cc: _ChainConn, f: Finished) -> Gen:
-        """The CPU serves ``f``: the target runs the request, the effects go out in the
-        credit's CPU slots, the gate stays held until the request no longer waits."""
-        cpu, conn = self.cpu, cc.conn
-        assert conn is not None
-        cc.holding = f.credit
-        op = op_name(f.request)
-        self._count(op, "cpu")
-        self._count_reason(cc, f, op)
-        cpu.count(op)
-        yield from cpu.spend(op, cpu.poll_ps + cpu.costs.op_ps(op))
-        now = int(self.env.now)
-        if f.ticket is not None:  # the chain took a ticket, its slot was not ready
-            # the reference takes the ticket when the chain's FetchAdd took it
-            self._log_allocation(cc, f.request, f.ticket,
-                                 now if f.nic_time is None else f.nic_time)
-            effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
-            self._kick()
-        elif self._tickets is not None and cc.conn_id not in self._hold and \
-                self.target.takes_shared_ticket(cc.conn_id, f.request):
-            effects = yield from self._alloc_through_nic(cc, f.request)
-        else:
-            effects = self.on_request(conn, f.request, now)
-        yield from self.carry_out(effects, op)
-        cc.held.append(f.credit)
-
-    def _alloc_through_nic(self, cc: _ChainConn, request: bytes) -> Gen:
-        """A CPU-served ALLOC_STORE while chains also take Tickets on the shared Head:
-        the CPU takes its Ticket with a FetchAdd through its own NIC (``cpu_ticket``),
-        which the NIC's atomic unit orders against the chains' FetchAdds, then finishes
-        the allocation of that Ticket in software. Returns the effects."""
-        conn = cc.conn
-        assert conn is not None and self._tickets is not None
-        ticket, at = yield from self._tickets.take(self.cpu, "ALLOC_STORE")
-        now = int(self.env.now)
-        self._log_allocation(cc, request, ticket, at)
-        effects = self.target.allocate_with_ticket(cc.conn_id, request, ticket, at, now)
-        self._kick()
-        return effects
-
-    def _log_allocation(self, cc: _ChainConn, request: bytes, ticket: int, at: int) -> None:
-        """An ALLOC_STORE whose Ticket a FetchAdd took at ``at`` (a chain's, or the CPU's
-        through the NIC) and that the CPU finishes: for replay(), it took effect there,
-        in Ticket order."""
-        assert cc.conn is not None
-        cc.conn.received.append(request)
-        self.log.append(("handle", cc.conn_id, request, at))
-        self._log_ticket(ticket)
-
-    def _release_done(self, cc: _ChainConn) -> None:
-        """Release the gates of served credits whose request no longer waits in the
-        target (later requests of the connection stay behind it, as in software)."""
-        tconn = self.target.connections.get(cc.conn_id)
-        if cc.held and not cc.posting and (tconn is None or not tconn.busy):
-            for credit in cc.held:
-                self._sync_credits(cc, credit)
-                cc.chains.release(credit)
-            cc.held.clear()
-            cc.holding = None
-
-    def _allowed(self, cc: _ChainConn) -> int:
-        """ALLOC_STORE allowances the CPU may hand out: quota - usage, 0 without an
-        established session of the planned initiator."""
-        tconn = self.target.connections.get(cc.conn_id)
-        sess = tconn.initiator if tconn is not None else None
-        if sess is None or sess.name != cc.initiator:
-            return 0
-        return max(0, sess.config.quota - sess.usage)
-
-    def _sync_credits(self, cc: _ChainConn, after: int) -> None:
-        """Before releasing credit ``after``: the later credits' session octets, and at
-        most quota - usage of them armed for ALLOC_STORE."""
-        tconn = self.target.connections.get(cc.conn_id)
-        sess = tconn.initiator if tconn is not None else None
-        cc.chains.sync_credits(after, sess is not None and sess.name == cc.initiator,
-                               self._allowed(cc), cc.no_arm)
-
-    def _refill(self, cc: _ChainConn) -> Gen:
-        """Re-post finished chains, at least ``refill_batch`` at a time (one doorbell)."""
-        cs = cc.chains
-        batch = min(self.refill_batch, cs.credits)
-        if len(cs.free_slots) < batch:
-            return
-        cs.alloc_budget = self._allowed(cc) - len(cs.armed_credits()) if cs.session else 0
-        n = cs.refill(batch)
-        if n:
-            per_credit = cs.repost_wrs_per_credit
-            self.cpu.count(REFILL, n)
-            post = self.cpu.post_ps if self.repost_ps is None else self.repost_ps
-            yield from self.cpu.spend(REFILL, n * per_credit * post
-                                      + cs.grant_doorbells * self.cpu.doorbell_ps)
 
 
 __all__ = ["CHAIN", "REFILL", "OffloadedTargetServer"]
