@@ -515,6 +515,13 @@ class _Run:
                 return False
         return ev.triggered
 
+    def keep(self, ini: ObservedInitiator, res: Any) -> Any:
+        """A scripted run's result ``res`` of ``ini``, kept for the checkpoint's
+        comparison of completions (if it has one); returns it."""
+        if res is not None and res.completion is not None and ini.conn is not None:
+            self.results[(ini.conn.conn_id, res.completion.request_id)] = res
+        return res
+
     def new_connections(self) -> None:
         for conn_id, conn in self.server.connections.items():
             if conn_id not in self.conns_seen:

@@ -59,10 +59,7 @@ def run_interleaving(profile: str = "ideal-be", seed: int = 1) -> Outcome:
     def data(c: bytes) -> bytes:
         return c * BLOCK
 
-    def note(ini: Any, res: Any) -> Any:
-        if res is not None and res.completion is not None and ini.conn is not None:
-            run.results[(ini.conn.conn_id, res.completion.request_id)] = res
-        return res
+    note = run.keep
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield env.all_of([x.connect(server), y.connect(server)])
@@ -131,8 +128,7 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
                 yield env.timeout(20_000_000)
         run.new_connections()
         res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
-        if x.conn is not None and res.completion is not None:
-            run.results[(x.conn.conn_id, res.completion.request_id)] = res
+        run.keep(x, res)
         if observe is not None:
             observe["server"], observe["store"] = server, res
 
@@ -162,8 +158,7 @@ def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
     a = run.inis["A"]
 
     def note(res: Any) -> None:
-        if res is not None and res.completion is not None and a.conn is not None:
-            run.results[(a.conn.conn_id, res.completion.request_id)] = res
+        run.keep(a, res)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield a.connect(server)
@@ -216,9 +211,7 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
     env, server = run.env, run.server
     a, b = run.inis["A"], run.inis["B"]
 
-    def note(ini: Any, res: Any) -> None:
-        if res is not None and res.completion is not None and ini.conn is not None:
-            run.results[(ini.conn.conn_id, res.completion.request_id)] = res
+    note = run.keep
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield env.all_of([a.connect(server), b.connect(server)])
@@ -254,8 +247,7 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     a = run.inis["A"]
 
     def note(res: Any) -> None:
-        if res is not None and res.completion is not None and a.conn is not None:
-            run.results[(a.conn.conn_id, res.completion.request_id)] = res
+        run.keep(a, res)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield a.connect(server)
