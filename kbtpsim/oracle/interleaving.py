@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import simpy
@@ -27,6 +28,7 @@ from kbtpsim.oracle.faults import DelayChain, Faults
 BLOCK = 32 * 1024  #: the Block Size of the draft's numbering (decision T8, README)
 X_HANDLE, Y_HANDLE = 0x100, 0x200
 DELAY_NS = 200_000.0  #: how long X's chain is held before its slot Read
+SCRIPTED_BS = 512  #: Block Size of the one-initiator scripted runs
 
 
 @dataclass
@@ -151,14 +153,10 @@ def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
     (``"load"``, ``"store"``) and the server (``"server"``)."""
     faults = Faults(delay=DelayChain("A", "load", "load_write", delay_ns))
     spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains=chains)
-    bs = 512
-    pool = Pool(initiators=(("A", X_HANDLE, "default", 2),), blocks=2, block_size=bs)
-    run = _Run(spec, transform, pool)
+    bs = SCRIPTED_BS
+    run, a = _solo_run(spec, transform, 2)
     server = run.server
-    a = run.inis["A"]
-
-    def note(res: Any) -> None:
-        run.keep(a, res)
+    note = partial(run.keep, a)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield a.connect(server)
@@ -174,6 +172,15 @@ def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
             observe["load"], observe["store"], observe["server"] = lres, sres, server
 
     return _run_scripted(run, scenario())
+
+
+def _solo_run(spec: Spec, transform: Any, blocks: int) -> tuple[_Run, Any]:
+    """A scripted run of one initiator, A (handles from ``X_HANDLE``, a quota of the whole
+    pool), on a pool of ``blocks`` blocks of ``SCRIPTED_BS`` octets: the run and A."""
+    pool = Pool(initiators=(("A", X_HANDLE, "default", blocks),), blocks=blocks,
+                block_size=SCRIPTED_BS)
+    run = _Run(spec, transform, pool)
+    return run, run.inis["A"]
 
 
 def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> list[Divergence]:
@@ -240,14 +247,10 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     LOADs without the flag; a chain that takes them (mutant ``v2-load-skip-sealed``)
     diverges. ``observe`` gets the server (``"server"``)."""
     spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
-    bs = 512
-    pool = Pool(initiators=(("A", X_HANDLE, "default", 4),), blocks=4, block_size=bs)
-    run = _Run(spec, transform, pool)
+    bs = SCRIPTED_BS
+    run, a = _solo_run(spec, transform, 4)
     server = run.server
-    a = run.inis["A"]
-
-    def note(res: Any) -> None:
-        run.keep(a, res)
+    note = partial(run.keep, a)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield a.connect(server)
