@@ -65,7 +65,7 @@ class DirectLoadSteps:
 
     def _load_direct(self, v: Variant) -> bool:
         """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""
-        return (v.op == "LOAD" and not self.geo.seqlock and self.lowering == "native"
+        return (v.op == "LOAD" and not self.geo.seqlock
                 and self.geo.block_size < 1 << 24)  # Data Length's high octet is 0
 
     def _v_load_direct(self, v: Variant) -> None:
@@ -160,7 +160,11 @@ class DirectLoadSteps:
             if name in self.chain:  # step 1, on a lane of their own (chains v2)
                 self.chain.wr(name).lane = f"{v.name}{SUB_LANE}dd"
         n_msg = msg_length(v, self.geo)
-        self.marker("m_load_msg", v.name, 2, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
+        if self.lowering == "cas":  # a CAS's operand comes from the scratch buffers: the
+            loc, producers = "buf:bc", ("p_bc",)  # common part's copy of the byte count
+        else:  # the CQE in host memory, read by the native condition itself
+            loc, producers = f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",)
+        self.marker("m_load_msg", v.name, 2, loc, producers,
                     bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
                     f"receive byte count = {n_msg} (CQE)", "w_load", 12)
         # on a lane of its own (chains v2's lanes): its condition read of the CQE in host

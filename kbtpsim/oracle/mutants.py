@@ -284,9 +284,22 @@ def cas_skip_generation(chain: Chain) -> None:
 
 def cas_skip_entry(chain: Chain) -> None:
     """CAS-on-WQE: the CASes arming the table-entry markers compare nothing (a LOAD of an
-    unbound handle, a STORE of a sealed block, an ALLOC_STORE of a bound handle pass)."""
+    unbound handle with chains v1, a STORE of a sealed block, an ALLOC_STORE of a bound
+    handle pass)."""
     for w in _cas_arming(chain, "buf:w", "CAS arming an entry marker"):
         _cas_compare_nothing(w)
+
+
+def cas_skip_load_entry(chain: Chain) -> None:
+    """CAS-on-WQE: the second CASes arming chains v2's LOAD (its data Write, COMPLETION
+    and early release test the entry its own Read placed, decision C15: octets 4..7 of
+    the window, the entry Flags' low octet, ``B`` and the byte count) compare only the
+    stage tag the first CAS left: a LOAD of an unbound or unsealed block is served."""
+    for w in _cas_arming(chain, "buf:w_load+5", "CAS arming the direct LOAD's data Write"):
+        if w.name.endswith(".cas2"):
+            order = "little" if w.atomic_word_order == "little" else "big"
+            w.fields["compare_mask"] = Const(int.from_bytes(b"\xff" + bytes(7), order),
+                                             "the stage tag only (mutant)")
 
 
 def cas_skip_length(chain: Chain) -> None:
@@ -425,6 +438,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "Generation marker compares nothing", mix="invalid", profile="cx5"),
     Mutant("cas-skip-entry", cas_skip_entry, "CAS-on-WQE: the CASes arming the entry "
            "markers compare nothing", mix="invalid", profile="cx5"),
+    Mutant("cas-skip-load-entry", cas_skip_load_entry, "CAS-on-WQE: the CASes arming "
+           "chains v2's LOAD test only the stage tag: the entry Flags are not compared",
+           mix="race",
+           profile="cx5", chains="v2"),
     Mutant("cas-skip-length", cas_skip_length, "CAS-on-WQE: the CASes arming the "
            "byte-count markers compare nothing", mix="invalid", profile="cx5"),
     Mutant("v2-skip-restore", V2Mutation(v2_skip_restore), "chains v2: a credit's "

@@ -25,6 +25,8 @@ KINDS = {
     "cas-skip-generation": {"connection", "completion"},
     "cas-skip-entry": {"connection", "completion"},
     "cas-skip-length": {"connection", "completion"},
+    # chains v2 on cx5: the LOAD's own entry test, CAS-armed (C15 with CAS lowering)
+    "cas-skip-load-entry": {"completion", "load-data"},
     # chains v2: the NIC's own re-arming of a credit between rounds
     "v2-skip-restore": {"connection", "completion", "state"},
     "v2-skip-wqe-restore": {"connection", "completion"},

@@ -124,3 +124,38 @@ def test_guarded_rule_needs_the_byte_count_octet_tested() -> None:
     w.cond = replace(w.cond, mask=bytes(mask))
     got = {(v.wr, v.rule) for v in verify(ch, PROF)}
     assert got == {("load_write", "guarded")}, got
+
+
+def test_cx5_runs_the_direct_load_with_cas_armed_tests() -> None:
+    """Plain cx5 (no conditional WRs): the same direct LOAD, each test armed by a
+    loopback Read and a masked CAS on the tested WR's control word (C5); its byte-count
+    marker reads the common part's copy of the CQE's byte count (a CAS's operand comes
+    from the scratch buffers); the chain verifies; the data Write runs two steps earlier
+    than the LOAD that waited for the common entry Read and its entry marker."""
+    cx5 = get_profile("cx5")
+    chain = build_chain(False, _order(cx5), Geometry(seqlock=False),
+                        lowering=lowering_for(cx5))
+    ch = prepare_chain("v2", chain, cx5)
+    assert "load_read" in ch and "m_load_entry" not in ch
+    assert ch.wr("m_load_msg.cas").cas_cond.word.loc == "buf:bc"
+    for name in ("load_read", "load_write", "load_send", "early_load"):
+        assert ch.wr(f"{name}.cas").arms == name, name
+    assert ch.wr("load_write").step == ch.wr("load_read").step + 2
+    assert verify(ch, cx5) == []
+    v1 = build_chain(False, _order(cx5), Geometry(seqlock=True), lowering=lowering_for(cx5))
+    assert "load_read" not in v1  # chains v1 keeps the common entry Read and the re-read
+
+
+def test_cx5_direct_load_equals_software() -> None:
+    """On cx5 the CAS-armed direct LOAD answers as the software target: sealed and
+    ALLOW_UNSEALED on the NIC, NOT_SEALED, NOT_VALID and TOO_LARGE by the CPU."""
+    h = Harness("cx5", False, credits=2, chains="v2")
+    r = Req(h)
+    msgs = [r.alloc(0x4001), r.alloc(0x4002, DATA[::-1], INL),  # sealed, unsealed
+            r.load(0x4001, 0), r.load(0x4002, 8192, flags=AU), r.load(0x4002, 16384),
+            r.load(0x4003, 24576, flags=AU), r.load(0x4002, 32768, 512, flags=AU),
+            r.load(0x4001, 40960)]
+    res = h.run(msgs)
+    assert h.mismatches() == []
+    assert [_status(res, m) for m in msgs] == [0, 0, 0, 0, 7, 3, 8, 0]
+    assert served(res, msgs)[2:] == ["load", "load", None, None, None, "load"]
