@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kbtpsim.chains.compiler import CONSTS, RCQE
 from kbtpsim.chains.ir import Addr, WrTemplate
+from kbtpsim.chains.vocab import GO
 from kbtpsim.chains.wr_build import _LOC, _Credit
 from kbtpsim.nic import Nic
 
@@ -58,6 +59,10 @@ class ScratchBuffers:
                 # B, the byte count's octet (chains/load_direct.py)
                 fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x03" \
                     + bytes(1) + b"\xff" * (size - 13)
+            elif name.startswith("arm2_") and f"m_{name[5:]}_genwrap" in self._position:
+                # chains v2's ALLOC_STORE: octet 3, the Generation test, holds unless its
+                # marker clears it (chains/variants.py)
+                fill = bytes(3) + GO + bytes(size - 4)
             elif name == "au_load":  # C15: where ALLOW_UNSEALED scatters the entry Flags
                 fill = (bufs["w_load"] + 10).to_bytes(
                     8, self.nic.profile.wqe_field_byte_order).ljust(size, b"\0")

@@ -482,6 +482,9 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
         self._release_done(cc)
         yield from self._charge_mmio(cc)
         yield from self._refill(cc)
+        yield from self._charge_mmio(cc)  # the octets the refill wrote into the slots'
+        # pristine images (session, quota) in NIC device memory: charged now, not at the
+        # next pass (which a run's last refill never had)
 
     def _charge_mmio(self, cc: _ChainConn) -> Gen:
         """Charge the CPU's MMIO writes on the connection's chains since the last charge

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kbtpsim.atomics import RING_ADD_DATA, ring_add_mask
+from kbtpsim.chains.alloc import AllocSteps
 from kbtpsim.chains.ir import (
     Addr,
     Chain,
@@ -20,6 +20,7 @@ from kbtpsim.chains.ir import (
     WrTemplate,
 )
 from kbtpsim.chains.load_direct import DirectLoadSteps
+from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
@@ -32,10 +33,11 @@ from kbtpsim.chains.vocab import (
     msg_length,
     window8,
 )
+from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
-class VariantSteps(DirectLoadSteps):
+class VariantSteps(DirectLoadSteps, AllocSteps):
     """Mixed into the chain builder (:mod:`kbtpsim.chains.compiler`), which provides the
     chain, the geometry, the byte orders and the helpers used here."""
 
@@ -91,16 +93,30 @@ class VariantSteps(DirectLoadSteps):
         if self._load_direct(v):  # C15: the byte count is tested beside its entry Read
             self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
                        "Block Handle << 8", ro, ("recv",), self._shift_at())
-        else:  # in step 3, on the device-memory copy p_bc made
+        elif self._cqe_marker():  # chains v2, native conditions: on the CQE in host
+            tests.append(("msg", f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),  # memory,
+                          bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,  # in step 1
+                          f"receive byte count = {n_msg} (CQE)"))
+        else:  # on the device-memory copy p_bc made, in step 3
             tests.append(("msg", "buf:bc", ("p_bc",), bytes(4) + n_msg.to_bytes(4, "big"),
                           b"\xff" * 8, f"receive byte count = {n_msg} (CQE)"))
+        msg_step = 1 if self._cqe_marker() else 3
         for i, (tag, loc, prods, c, m, about) in enumerate(tests):
             name = f"m_{v.name}_{tag}"
-            self.marker(name, v.name, 3 if tag == "msg" else 1, loc, prods,
+            self.marker(name, v.name, msg_step if tag == "msg" else 1, loc, prods,
                         c, m, about, arm, i)
             if self._load_direct(v) and i >= 1:  # C15: beside the patches, on a lane of
                 self.chain.wr(name).lane = f"{v.name}{SUB_LANE}req"  # their own (v2)
+            elif tag == "msg" and self._cqe_marker():  # its condition read of host
+                self.chain.wr(name).lane = f"{v.name}{SUB_LANE}cqe"  # memory on its own lane
             self.arm_producers[v.name].append(name)
+
+    def _cqe_marker(self) -> bool:
+        """Whether a variant's byte-count marker tests the receive CQE in host memory
+        itself, in step 1 beside the request markers (chains v2 with native conditions),
+        rather than the copy ``p_bc`` makes in step 1 (a CAS's operand must be in the
+        scratch buffers; v1 keeps its step 3)."""
+        return not self.geo.seqlock and self.lowering == "native"
 
     def _entry_marker(self, v: Variant, compare: bytes, mask: bytes, about: str) -> None:
         slot = len(self.arm_producers[v.name])
@@ -342,194 +358,6 @@ class VariantSteps(DirectLoadSteps):
         self._completion(v, "sr_send", 6, Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo", ("read_entry",))
         self._commit(v, 7)
-
-    def _alloc(self, v: Variant) -> None:
-        """ALLOC_STORE (design; verified, not posted): FetchAdd on Head, Read the slot,
-        Sequence marker, consume the slot, data, entry (Data Length and Block Offset, then
-        Flags and Generation + 1 by a masked FetchAdd on the big-endian entry word, a
-        conditional second add skipping 0), re-read the entry word, completion.
-
-        Quota: the CPU presets octet 7 of the arm word to 01 only in credits it allows an
-        allocation (at most quota - usage of them at refill); other credits hand
-        ALLOC_STORE to the CPU, which answers NO_SPACE or allocates in software."""
-        ro, ao, bs = self.ro, self.ao, self.geo.block_size
-        wo = ro  # a correct chain has request order = WQE order (else byte-order violations)
-        tag = "ai" if v.inline else "ar"
-        # arm word: the request markers (at most 7; the byte count's in step 3, so the
-        # allocation starts in step 5) and, in octet 7, the CPU's quota octet;
-        # a second word arm2: [0] the first word complete (fold), [1] entry not VALID,
-        # [2] slot ready (Sequence = Ticket)
-        n = len(self.arm_producers[v.name])
-        assert n <= 7, "ALLOC_STORE: at most 7 request markers besides the quota octet"
-        armed = self.armed(v, n)
-        armed = CondSpec(armed.word, armed.compare[:7] + GO, armed.mask[:7] + b"\xff",
-                         f"{v.name} armed (and the CPU's quota octet)")
-        arm2 = f"arm2_{v.name}"
-        self.marker(f"m_{v.name}_fold", v.name, 4, armed.word.loc, armed.word.producers,
-                    armed.compare, armed.mask, armed.about, arm2, 0)
-        self.marker(f"m_{v.name}_entry", v.name, 3, "buf:w", ("read_entry",),
-                    *window8(b"\x00\x00", b"\xff\xff"), "entry Flags 0 (not VALID)", arm2, 1,
-                    "big")
-        armed = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", f"m_{v.name}_entry"),
-                              "second arm word"), *window8(GO * 2, b"\xff" * 2),
-                         f"{v.name} armed, entry not VALID")
-        self.add(WrTemplate(
-            f"{tag}_fa_head", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 5,
-            fields={"raddr": Addr("ring:head"), "rkey": Addr("key:ring_head"),
-                    "swap_add": Const(RING_ADD_DATA, "Add Data"),
-                    "add_mask": Const(ring_add_mask(self.geo.ring_slots),
-                                      "bit 63 | bit 31 | bit n+3")},
-            places=(Place("buf:fa", 8, "FetchAdd result: Ticket, Slot Offset", ao),),
-            cond=armed, remote_kind="ring", note="take a ticket"))
-        # the Slot Offset is the low half of the counter word (octets 4..7 big-endian)
-        off_src = 4 if ao == "big" else 0
-        off_dst = 4 if wo == "big" else 0
-        self.patch(f"{tag}_p_slot", v.name, 6, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
-                   f"wqe:{tag}_read_slot.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
-                   off_dst)
-        self.patch(f"{tag}_p_cons", v.name, 6, [(f"buf:fa+{off_src}", 4, "Slot Offset")],
-                   f"wqe:{tag}_consume.raddr", "Slot Offset", ao, (f"{tag}_fa_head",),
-                   off_dst)
-        self.patch(f"{tag}_p_tkt", v.name, 6, [(f"buf:fa+{4 - off_src}", 4, "Ticket")],
-                   f"wqe:{tag}_seq.cond_compare", "Ticket", ao, (f"{tag}_fa_head",))
-        self.add(WrTemplate(
-            f"{tag}_read_slot", Role.WORKER, Opcode.RDMA_READ, v.name, 7,
-            fields={"raddr": Placed(f"{tag}_p_slot", "Slot Offset", ao, "patch",
-                                    Addr("region:ring")),
-                    "rkey": Addr("key:ring")},
-            places=(Place("buf:seq", 8, "slot Sequence, reserved", "big"),
-                    Place("buf:bo2", 8, "slot Block Offset", ro, 4)),
-            cond=armed, remote_kind="ring", note="read the slot"))
-        self.add(WrTemplate(
-            f"{tag}_seq", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8, inline=GO,
-            fields={"raddr": Addr(f"buf:{arm2}", 2), "rkey": Addr("key:scratch")},
-            cond=CondSpec(Read("buf:seq", 8, (f"{tag}_read_slot",), "slot Sequence"),
-                          *window8(b"", b"\xff" * 4), "slot Sequence = ticket", "big",
-                          Placed(f"{tag}_p_tkt", "Ticket", ao, "patch")),
-            remote_kind="loopback",
-            note="marker: the slot holds this ticket's block (not ready: the CPU takes over "
-            "with this ticket)"))
-        # draft, "Free-Block Ring", Allocation: the slot holds the block once its Sequence
-        # equals the ticket *and* its Block Offset is not all ones. Conditions test
-        # equality only, so a second marker, after the first on the same QP, clears the
-        # octet again when the Block Offset is all ones (a consumed slot)
-        self.add(WrTemplate(
-            f"{tag}_consumed", Role.WORKER, Opcode.RDMA_WRITE, v.name, 8, inline=b"\x00",
-            fields={"raddr": Addr(f"buf:{arm2}", 2), "rkey": Addr("key:scratch")},
-            cond=CondSpec(Read("buf:bo2+4", 8, (f"{tag}_read_slot",), "slot Block Offset"),
-                          *window8(b"\xff" * 8, b"\xff" * 8),
-                          "slot Block Offset all ones (consumed)"),
-            remote_kind="loopback",
-            note="marker: the slot is consumed (Block Offset all ones): not ready"))
-        data_wr = f"{tag}_copy" if v.inline else "ar_read"
-        data_field = "raddr" if v.inline else "sge0.addr"
-        self.patch(f"{tag}_p_bo", v.name, 8, [("buf:bo2+4", 8, "slot Block Offset")],
-                   f"wqe:{data_wr}.{data_field}", "slot Block Offset", ro,
-                   (f"{tag}_read_slot",))
-        for i, target in ((1, "ent_lo"), (2, "gen"), (3, "gen0"), (4, "reread")):
-            what = "Block Handle << 8" + (" | 4 (Data Length, Block Offset)" if i == 1 else "")
-            self.patch(f"{tag}_p_h{i}", v.name, 1, [self._handle_src()],
-                       f"wqe:{tag}_{target}.raddr", what, ro, ("recv",), self._shift_at())
-        ready = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", f"m_{v.name}_entry",
-                                                  f"{tag}_seq", f"{tag}_consumed"),
-                              "second arm word"),
-                         *window8(GO * 3, b"\xff" * 3), "slot ready for this ticket")
-        self.add(WrTemplate(
-            f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
-            fields={"raddr": Placed(f"{tag}_p_cons", "Slot Offset", ao, "patch",
-                                    Addr("region:ring")),
-                    "rkey": Addr("key:ring")},
-            gather=(Read("buf:seq", 4, (f"{tag}_read_slot",), "Sequence (unchanged)"),
-                    Read("buf:k_zero", 4, (), "reserved"),
-                    Read("buf:k_ones", 8, (), "Block Offset all ones: consumed")),
-            cond=ready, remote_kind="ring", note="mark the slot consumed"))
-        if v.inline:
-            self.add(WrTemplate(
-                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, 9,
-                fields={"raddr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
-                        "rkey": Addr("key:pool")},
-                gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=ready,
-                remote_kind="pool", note="write the data into the block"))
-        else:
-            self.add(WrTemplate(
-                data_wr, Role.CONN, Opcode.RDMA_READ, v.name, 9,
-                fields={"raddr": Placed("p_dd_alloc_read", "DD Tagged Offset", ro, "patch"),
-                        "rkey": Placed("p_dd_alloc_read", "DD STag", ro, "patch"),
-                        "sge0.addr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
-                        "sge0.count": Const(bs, "Block Size"), "sge0.lkey": Addr("key:pool")},
-                places=(Place("pool", bs, "the initiator's data"),), cond=ready,
-                remote_kind="initiator", note="RDMA Read of the data into the block"))
-        self.add(WrTemplate(
-            f"{tag}_ent_lo", Role.WORKER, Opcode.RDMA_WRITE, v.name, 10,
-            fields={"raddr": Placed(f"{tag}_p_h1", "Block Handle << 8 | 4", ro, "patch",
-                                    Const(4, "entry octet 4")),
-                    "rkey": Addr("key:table")},
-            gather=(Read("buf:k_bs", 4, (), "Data Length = Block Size"),
-                    Read("buf:bo2+4", 8, (f"{tag}_read_slot",), "Block Offset")),
-            cond=ready, remote_kind="strided_table",
-            note="entry Data Length and Block Offset, after the data"))
-        if v.inline:  # Flags += request Flags (INLINE|SEAL = VALID|SEALED), Generation += 1
-            self.patch(f"{tag}_p_flags", v.name, 1, [("buf:hdr+2", 2, "request Flags")],
-                       f"wqe:{tag}_gen.swap_add", "request Flags << 48 (Add Data)", "big",
-                       ("recv",))
-            gen_add: Const | Placed = Placed(
-                f"{tag}_p_flags", "request Flags << 48 | 1 << 32 (Flags += INLINE|SEAL = "
-                "VALID|SEALED, Generation += 1)", "big", "patch",
-                Const(1 << 32, "Generation += 1"))
-        elif v.flags_free & SEAL:  # Flags += VALID|SEALED if SEAL, else VALID (C10)
-            add = Const((1 << 48) | (1 << 32), "Flags += VALID, Generation += 1")
-            self.add(WrTemplate(
-                f"c_seal_{v.name}", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
-                inline=b"\x00\x03",  # VALID|SEALED, big-endian (D3)
-                fields={"raddr": Addr(f"wqe:{tag}_gen.swap_add"), "rkey": Addr("key:rings")},
-                places=(Place(f"wqe:{tag}_gen.swap_add", 2, "Flags add VALID|SEALED", "big"),),
-                cond=self._flag_cond(SEAL, True, "Flags has SEAL"), remote_kind="loopback",
-                note="conditional patch: the entry's Flags += VALID|SEALED if SEAL (draft, "
-                "'Block Unmapped Store' step 4)"))
-            gen_add = Placed(f"c_seal_{v.name}", "Flags += VALID|SEALED if SEAL (Add Data "
-                             "octets 0..1)", "big", "patch", add)
-        else:
-            gen_add = Const((1 << 48) | (1 << 32), "Flags += VALID, Generation += 1")
-        self.add(WrTemplate(
-            f"{tag}_gen", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 11,
-            fields={"raddr": Placed(f"{tag}_p_h2", "Block Handle << 8", ro, "patch"),
-                    "rkey": Addr("key:table"),
-                    "swap_add": gen_add,
-                    "add_mask": Const((1 << 63) | (1 << 47) | (1 << 31), "field carries")},
-            places=(Place("buf:oldw", 8, "old entry word", "big"),), cond=ready,
-            remote_kind="strided_table", atomic_word_order="big",
-            note="Flags and Generation + 1 after Data Length and Block Offset"))
-        self.add(WrTemplate(
-            f"{tag}_gen0", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, 12,
-            fields={"raddr": Placed(f"{tag}_p_h3", "Block Handle << 8", ro, "patch"),
-                    "rkey": Addr("key:table"),
-                    "swap_add": Const(1 << 32, "Generation += 1 again (skip 0)")},
-            places=(Place("buf:oldw2", 8, "entry word", "big"),),
-            cond=CondSpec(Read("buf:oldw", 8, (f"{tag}_gen",), "old entry word"),
-                          *window8(b"\x00\x00\xff\xff", b"\x00\x00\xff\xff"),
-                          "old Generation was 0xFFFF"),
-            remote_kind="strided_table", atomic_word_order="big",
-            note="skip Generation 0 (a reader may see it for an instant)"))
-        self.add(WrTemplate(
-            f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 13,
-            fields={"raddr": Placed(f"{tag}_p_h4", "Block Handle << 8", ro, "patch"),
-                    "rkey": Addr("key:table")},
-            places=(Place("buf:wn", 8, "new entry word", "big"),), cond=ready,
-            remote_kind="strided_table",
-            note="the new Generation for the completion (a FetchAdd returns the old one); "
-                 "buf:w keeps the entry as read_entry sampled it, the before-image a "
-                 "connection failure restores (decision O5)"))
-        self._completion(v, f"{tag}_send", 14, Read("buf:k_bs", 4, (), "Data Length"),
-                         "buf:bo2", (f"{tag}_read_slot",))
-        self.chain.wr(f"{tag}_send").gather = tuple(
-            Read("buf:wn+2", r.length, (f"{tag}_reread",), r.about) if r.loc == "buf:w+2" else r
-            for r in self.chain.wr(f"{tag}_send").gather)
-        self._commit(v, 15)
-        for wr_name in (f"{tag}_send", f"commit_{v.name}", f"release_{v.name}"):
-            self.chain.wr(wr_name).cond = ready
-
-    _v_alloc_inline = _alloc
-    _v_alloc_read = _alloc
 
     def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None:
         n = len(self.arm_producers[v.name])
