@@ -236,7 +236,10 @@ class AllocSteps:
                     "rkey": Addr("key:table"),
                     "swap_add": gen_add,
                     "add_mask": Const((1 << 63) | (1 << 47) | (1 << 31), "field carries")},
-            places=(Place("buf:oldw", 8, "old entry word", "big"),), cond=ready,
+            # the variant's own word: with chains v1 (and v2 without dispatch) every
+            # variant's WRs run for every request, and the other ALLOC_STORE variant's
+            # skip-0 add must not see this variant's old Generation
+            places=(Place(f"buf:{tag}_oldw", 8, "old entry word", "big"),), cond=ready,
             remote_kind="strided_table", atomic_word_order="big",
             note="Flags and Generation + 1 after Data Length and Block Offset"))
         if not v2:
@@ -267,8 +270,8 @@ class AllocSteps:
             fields={"raddr": Placed(f"{tag}_p_h3", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table"),
                     "swap_add": Const(1 << 32, "Generation += 1 again (skip 0)")},
-            places=(Place("buf:oldw2", 8, "entry word", "big"),),
-            cond=CondSpec(Read("buf:oldw", 8, (f"{tag}_gen",), "old entry word"),
+            places=(Place(f"buf:{tag}_oldw2", 8, "entry word", "big"),),
+            cond=CondSpec(Read(f"buf:{tag}_oldw", 8, (f"{tag}_gen",), "old entry word"),
                           *window8(b"\x00\x00\xff\xff", b"\x00\x00\xff\xff"),
                           "old Generation was 0xFFFF"),
             remote_kind="strided_table", atomic_word_order="big",

@@ -269,5 +269,43 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
-__all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_interleaving",
-           "run_load_during_free", "run_load_then_store", "run_unsealed_loads"]
+def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
+                        observe: dict[str, Any] | None = None, chains: str = "v2",
+                        transform: Any = None) -> list[Divergence]:
+    """The draft's "Generation" (never 0) across the wrap: A's handle h starts unbound at
+    Generation 0xFFFE and h + 1 at 0xFFFF, in the live target and in the shadow (random
+    campaigns never come near 0xFFFF). A allocates h (0xFFFF), frees it (the + 1 skips 0:
+    1) and allocates it again (2); allocates h + 1 (0xFFFF + 1: 1), frees and allocates
+    it (3); then LOADs both. Chains v1 skip 0 with a second add; chains v2 with native
+    conditions hand an allocation at 0xFFFF to the CPU (decision C18), and a chain that
+    does not (mutant ``v2-alloc-genwrap``) binds Generation 0. ``observe`` gets the
+    server (``"server"``)."""
+    from kbtpsim.target.table import TableEntry
+
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    bs = SCRIPTED_BS
+    run, a = _solo_run(spec, transform, 2)
+    server = run.server
+    for h, gen in ((X_HANDLE, 0xFFFE), (X_HANDLE + 1, 0xFFFF)):
+        for table in (server.tap.table, run.shadow.target.table):
+            table._put(h, TableEntry(generation=gen))
+    note = partial(run.keep, a)
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        for h in (X_HANDLE, X_HANDLE + 1):
+            note((yield a.alloc_store(h, b"1" * bs, seal=True)))
+            note((yield a.free(h)))
+            note((yield a.alloc_store(h, b"2" * bs, seal=True)))
+        for h in (X_HANDLE, X_HANDLE + 1):
+            note((yield a.load(h, invalidate=False)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
+__all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_generation_wrap",
+           "run_interleaving", "run_load_during_free", "run_load_then_store",
+           "run_unsealed_loads"]

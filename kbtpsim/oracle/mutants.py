@@ -25,6 +25,7 @@ from kbtpsim.nic.wqe import Opcode
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
 from kbtpsim.oracle.faults import Faults
 from kbtpsim.oracle.interleaving import (
+    run_generation_wrap,
     run_load_during_free,
     run_load_then_store,
     run_unsealed_loads,
@@ -226,6 +227,25 @@ def v2_early_unsealed(chain: Chain) -> None:
         w.cond = chain.wr("load_write").cond
 
 
+def v2_alloc_genwrap(chain: Chain) -> None:
+    """Chains v2's ALLOC_STORE (decision C18): the Generation marker tests 0xFFFE instead
+    of 0xFFFF, so an allocation of an entry at 0xFFFF runs on the NIC and binds
+    Generation 0 (draft, "Generation": never 0)."""
+    for w in _need(_wrs(chain, lambda w: w.name.endswith("_genwrap")), "Generation marker"):
+        assert w.cond is not None
+        w.cond = replace(w.cond, compare=w.cond.compare[:3] + b"\xfe" + w.cond.compare[4:])
+
+
+def alloc_shared_oldw(chain: Chain) -> None:
+    """ALLOC_STORE's skip-0 add reads one word that both ALLOC_STORE variants' Generation
+    adds write (the bug the generation-wrap interleaving found): with every variant's
+    WRs run for every request (chains v1), an allocation at Generation 0xFFFF is skipped
+    past 0 twice, to 2."""
+    for w in _need(_wrs(chain, lambda w: w.name.endswith("_gen0")), "skip-0 add"):
+        assert w.cond is not None
+        w.cond = replace(w.cond, word=replace(w.cond.word, loc="buf:ai_oldw"))
+
+
 def skip_length(chain: Chain) -> None:
     """The message length (the receive's byte count) is not tested (decision C1)."""
     for w in _need(_wrs(chain, lambda w: w.cond is not None and w.cond.word.loc == "buf:bc"),
@@ -400,6 +420,20 @@ def _load_then_store(seed: int, profile: str, transform: Any,
                                transform=transform)
 
 
+def _generation_wrap(seed: int, profile: str, transform: Any,
+                     observe: dict[str, Any], chains: str = "v2") -> list[Any]:
+    """Allocations of entries at Generation 0xFFFE and 0xFFFF: random campaigns never
+    come near the wrap (every entry starts at Generation 1)."""
+    return run_generation_wrap(profile, seed, observe=observe, chains=chains,
+                               transform=transform)
+
+
+def _generation_wrap_v1(seed: int, profile: str, transform: Any,
+                        observe: dict[str, Any]) -> list[Any]:
+    """:func:`_generation_wrap` with chains v1 (every variant's WRs run)."""
+    return _generation_wrap(seed, profile, transform, observe, chains="v1")
+
+
 def _load_during_free(seed: int, profile: str, transform: Any,
                       observe: dict[str, Any]) -> list[Any]:
     """B's LOAD chain delayed between its entry Read and its data Write while A frees the
@@ -467,6 +501,12 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "an unsealed block (ALLOW_UNSEALED) releases the next credit before its data "
            "Write has read the block (decision C16)", chains="v2",
            scenario=_load_then_store),
+    Mutant("v2-alloc-genwrap", v2_alloc_genwrap, "chains v2: the ALLOC_STORE's "
+           "Generation marker tests 0xFFFE, so an allocation at 0xFFFF binds Generation 0 "
+           "(decision C18)", chains="v2", scenario=_generation_wrap),
+    Mutant("alloc-shared-oldw", alloc_shared_oldw, "ALLOC_STORE's skip-0 add reads the "
+           "word both ALLOC_STORE variants write: an allocation at 0xFFFF skips 0 twice",
+           scenario=_generation_wrap_v1),
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),

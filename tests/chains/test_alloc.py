@@ -283,3 +283,19 @@ def test_requests_behind_a_handed_over_allocation_wait_for_it(
     assert res.served[a.request_id] is None and res.served[b.request_id] is None
     assert h.server.slot_not_ready == 1
     assert h.mismatches() == []
+
+
+@pytest.mark.parametrize(("profile", "chains"), [("ideal-be", "v1"), ("cx5", "v2")])
+def test_allocation_at_generation_0xffff_skips_zero_once(profile: str, chains: str) -> None:
+    """An unbound entry at Generation 0xFFFF allocated by a chain that runs every
+    ALLOC_STORE variant's WRs: the + 1 gives 0, skipped once, to 1 (the other variant's
+    skip-0 add must not fire too: it did, giving 2)."""
+    h = Harness(profile, False, quota=2, credits=2, chains=chains)
+    mem, entry = h.tnic.host.memory, h.layout.entry_addr(0x4001)
+    mem.write(entry, bytes([0, 0, 0xFF, 0xFF]) + bytes(12))
+    h.reference.table._put(0x4001, TableEntry(generation=0xFFFF))
+    msgs = [Req(h).alloc(0x4001)]
+    res = h.run(msgs)
+    assert h.mismatches() == []
+    assert served(res, msgs) == ["alloc_inline"]
+    assert mem.read(entry + 2, 2) == b"\x00\x01"

@@ -40,6 +40,10 @@ KINDS = {
     "v2-load-skip-entry": {"completion", "load-data"},
     # chains v2 pipelining: an unsealed LOAD releases the next credit early (C16)
     "v2-early-unsealed": {"load-data"},
+    # the Generation across 0xFFFF (scripted: run_generation_wrap): chains v2's hand-over
+    # (C18), and the skip-0 add reading the other ALLOC_STORE variant's word (found)
+    "v2-alloc-genwrap": {"completion", "state"},
+    "alloc-shared-oldw": {"completion", "state"},
 }
 
 
