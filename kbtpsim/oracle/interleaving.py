@@ -269,6 +269,37 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_allocs_then_loads(profile: str = "ideal-be", seed: int = 1,
+                          observe: dict[str, Any] | None = None, chains: str = "v2",
+                          transform: Any = None) -> list[Divergence]:
+    """Decision C19 made concrete: A sends two ALLOC_STOREs (sealed) and LOADs of both
+    handles back to back, all outstanding at once on one connection. The software target
+    runs them in order: each LOAD finds its block bound. An ALLOC_STORE served by the
+    NIC releases the next credit once its Generation add has bound the entry, so the
+    second allocation and the LOADs start before its COMPLETION. ``observe`` gets the
+    server (``"server"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    bs = SCRIPTED_BS
+    run, a = _solo_run(spec, transform, 4)
+    server, env = run.server, run.env
+    note = partial(run.keep, a)
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        for k in range(2):
+            base = X_HANDLE + 2 * k
+            procs = [a.alloc_store(base, b"1" * bs, seal=True),
+                     a.alloc_store(base + 1, b"2" * bs, seal=True),
+                     a.load(base, invalidate=False), a.load(base + 1, invalidate=False)]
+            for res in (yield env.all_of(procs)).values():
+                note(res)
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
 def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
                         observe: dict[str, Any] | None = None, chains: str = "v2",
                         transform: Any = None) -> list[Divergence]:
@@ -306,6 +337,7 @@ def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
-__all__ = ["BLOCK", "Outcome", "run_drop_during_allocation", "run_generation_wrap",
+__all__ = ["BLOCK", "Outcome", "run_allocs_then_loads", "run_drop_during_allocation",
+           "run_generation_wrap",
            "run_interleaving", "run_load_during_free", "run_load_then_store",
            "run_unsealed_loads"]

@@ -56,3 +56,18 @@ def test_generation_0xffff_goes_to_the_cpu_then_the_nic_serves_again() -> None:
     assert h.mismatches() == []
     assert served(res, msgs) == [None, None, "alloc_inline"]
     assert mem.read(entry + 2, 2) == b"\x00\x03"
+
+
+def test_v2_allocation_releases_the_next_credit_once_the_entry_is_bound() -> None:
+    """Decision C19: an ENABLE of the gate beside the COMPLETION Send, a step before the
+    commit's release, conditional on the allocation having run (as the commit and the
+    release); not on cx5 (CAS-armed tests) or in chains v1."""
+    v2, _ = _chain("ideal-be", False)
+    early = v2.wr("early_alloc_inline")
+    assert early.step == v2.wr("ai_send").step
+    assert early.step < v2.wr("release_alloc_inline").step
+    assert early.cond == v2.wr("release_alloc_inline").cond
+    assert "early_alloc_read" in v2
+    cx5, _ = _chain("cx5", False)
+    v1, _ = _chain("ideal-be", True)
+    assert "early_alloc_inline" not in cx5 and "early_alloc_inline" not in v1
