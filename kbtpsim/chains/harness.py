@@ -47,7 +47,7 @@ from kbtpsim.target import (
 )
 from kbtpsim.target.effects import Effect
 from kbtpsim.target.layout import TargetLayout
-from kbtpsim.wire import Feature, Hello, Message, encode
+from kbtpsim.wire import Feature, Hello, Message, TableEntry, encode
 
 S = WqeFlags.SIGNALED
 CONN = 1
@@ -219,6 +219,16 @@ class Harness:
     def _ref(self, data: bytes, hold: bool = False) -> None:
         effects = self.reference.handle(CONN, data, 0, hold_after_ticket=hold)
         self._apply_ref(effects)
+
+    def unbound_at(self, handle: int, generation: int) -> int:
+        """Make ``handle``'s entry unbound at ``generation`` (its Flags 0), in the table in
+        memory and in the reference (a test near the Generation's wrap); the entry's
+        address."""
+        entry = self.layout.entry_addr(handle)
+        self.tnic.host.memory.write(entry, bytes(2) + generation.to_bytes(2, "big")
+                                    + bytes(12))
+        self.reference.table._put(handle, TableEntry(generation=generation))
+        return entry
 
     def pause_cpu(self, until_ps: int) -> None:
         """Keep the target CPU away (busy elsewhere) until ``until_ps``: chains keep

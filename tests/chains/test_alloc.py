@@ -11,7 +11,7 @@ import pytest
 from kbtpsim.chains.harness import CONN, Harness, iid
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.target import InitiatorConfig
-from kbtpsim.wire import AllocStore, DataDescriptor, Free, Goodbye, Hello, Load, TableEntry
+from kbtpsim.wire import AllocStore, DataDescriptor, Free, Goodbye, Hello, Load
 
 from .test_run import BE, BS, CX5S, CX5S_PROFILE, DATA, FAST, INL, SEAL, Req, served
 
@@ -76,10 +76,7 @@ def test_generation_wraps_over_zero_like_software(be: tuple[str | NicProfile, bo
     """Bind/unbind until the Generation passes 0xFFFF: the chain's second, conditional
     add skips 0 exactly as the software target."""
     h = Harness(*be, quota=2, credits=2)
-    mem, entry = h.tnic.host.memory, h.layout.entry_addr(0x4001)
-    # a never-bound entry with Generation 0xFFFE, in memory and in the reference
-    mem.write(entry, bytes([0, 0, 0xFF, 0xFE]) + bytes(12))
-    h.reference.table._put(0x4001, TableEntry(generation=0xFFFE))
+    mem, entry = h.tnic.host.memory, h.unbound_at(0x4001, 0xFFFE)
     r = Req(h)
     msgs = [r.alloc(0x4001), r.free(0x4001), r.alloc(0x4001)]
     res = h.run(msgs)
@@ -291,9 +288,7 @@ def test_allocation_at_generation_0xffff_skips_zero_once(profile: str, chains: s
     ALLOC_STORE variant's WRs: the + 1 gives 0, skipped once, to 1 (the other variant's
     skip-0 add must not fire too: it did, giving 2)."""
     h = Harness(profile, False, quota=2, credits=2, chains=chains)
-    mem, entry = h.tnic.host.memory, h.layout.entry_addr(0x4001)
-    mem.write(entry, bytes([0, 0, 0xFF, 0xFF]) + bytes(12))
-    h.reference.table._put(0x4001, TableEntry(generation=0xFFFF))
+    mem, entry = h.tnic.host.memory, h.unbound_at(0x4001, 0xFFFF)
     msgs = [Req(h).alloc(0x4001)]
     res = h.run(msgs)
     assert h.mismatches() == []

@@ -12,7 +12,6 @@ from kbtpsim.chains.v2 import prepare_chain
 from kbtpsim.chains.verify import verify
 from kbtpsim.chains.vocab import Geometry
 from kbtpsim.nic.profiles import get_profile
-from kbtpsim.target.table import TableEntry
 from tests.chains.test_run import Req, served
 
 
@@ -47,9 +46,7 @@ def test_generation_0xffff_goes_to_the_cpu_then_the_nic_serves_again() -> None:
     ALLOC_STORE of the handle runs on the NIC (3); every result as the software
     target's."""
     h = Harness("ideal-be", False, quota=2, credits=2, chains="v2")
-    mem, entry = h.tnic.host.memory, h.layout.entry_addr(0x4001)
-    mem.write(entry, bytes([0, 0, 0xFF, 0xFF]) + bytes(12))
-    h.reference.table._put(0x4001, TableEntry(generation=0xFFFF))
+    mem, entry = h.tnic.host.memory, h.unbound_at(0x4001, 0xFFFF)
     r = Req(h)
     msgs = [r.alloc(0x4001), r.free(0x4001), r.alloc(0x4001)]
     res = h.run(msgs)
