@@ -55,6 +55,7 @@ class AllocSteps:
                         block_offset: tuple[Read, ...] = (),
                         cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
         def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
+        def _early_release(self, v: Variant, step: int, cond: CondSpec) -> None: ...
 
     def _alloc(self, v: Variant) -> None:
         """ALLOC_STORE (design; verified, not posted): FetchAdd on Head, Read the slot,
@@ -253,16 +254,7 @@ class AllocSteps:
             note="the new Generation for the completion (a FetchAdd returns the old one); "
                  "buf:w keeps the entry as read_entry sampled it, the before-image a "
                  "connection failure restores (decision O5)"))
-        if v2:  # pipelining (decisions C16, C19): the next credit may start beside the
-            # COMPLETION Send, as a sealed LOAD's does: the block's data and the entry are
-            # in place, the Send leaves before the next credit's on the connection QP, and
-            # the CPU serves a connection's credits in order. Not beside the re-read: the
-            # next credit's master ENABLEs the connection QP through this credit's WRs
-            # after the gate, which would run the Send before the re-read it gathers from
-            self.add(WrTemplate(
-                f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, st[14],
-                fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
-                cond=ready, note="release the next credit early: the entry is bound"))
+        self._early_release(v, st[14], ready)
         self._completion(v, f"{tag}_send", st[14], Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo2", (f"{tag}_read_slot",))
         self.chain.wr(f"{tag}_send").gather = tuple(

@@ -339,6 +339,7 @@ class VariantSteps(DirectLoadSteps, AllocSteps):
             remote_kind="pool", note="copy the inline data into the block"))
         self._completion(v, "si_send", 6, Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo", ("read_entry",))
+        self._early_release(v, 6, self.armed(v, n))
         self._commit(v, 7)
 
     def _v_store_read(self, v: Variant) -> None:
@@ -357,7 +358,24 @@ class VariantSteps(DirectLoadSteps, AllocSteps):
             remote_kind="initiator", note="RDMA Read of the data into the block"))
         self._completion(v, "sr_send", 6, Read("buf:k_bs", 4, (), "Data Length"),
                          "buf:bo", ("read_entry",))
+        self._early_release(v, 6, self.armed(v, n))
         self._commit(v, 7)
+
+    def _early_release(self, v: Variant, step: int, cond: CondSpec) -> None:
+        """Chains v2 with native conditions (decision C19): a STORE or ALLOC_STORE the NIC
+        served releases the next credit beside its COMPLETION Send (``step``), a step
+        before its commit's release: its data and entry are placed (the chains need
+        in-order placement, O7), its Send leaves before the next credit's on the
+        connection QP, and the CPU serves a connection's credits in order. Not earlier:
+        the next credit's master ENABLEs the connection QP through this credit's WRs
+        once the gate passes, which would run the Send before what it gathers landed."""
+        if not self._cqe_marker():
+            return
+        self.add(WrTemplate(
+            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, step,
+            fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
+            cond=cond, note="release the next credit early: the operation's effects are "
+                            "placed"))
 
     def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None:
         n = len(self.arm_producers[v.name])

@@ -227,12 +227,12 @@ def v2_early_unsealed(chain: Chain) -> None:
         w.cond = chain.wr("load_write").cond
 
 
-def v2_alloc_early_always(chain: Chain) -> None:
-    """Chains v2 pipelining (decision C19): the ALLOC_STORE releases the next credit
-    early whether or not it allocated (a hand-over to the CPU included), so a later
-    request of the connection runs before the CPU has served the ALLOC_STORE."""
-    for w in _need(_wrs(chain, lambda w: w.name.startswith("early_alloc")),
-                   "the ALLOC_STORE's early release"):
+def v2_early_always(chain: Chain) -> None:
+    """Chains v2 pipelining (decision C19): an ALLOC_STORE or STORE releases the next
+    credit early whether or not the NIC served it (a hand-over to the CPU included), so
+    a later request of the connection runs before the CPU has served it."""
+    for w in _need(_wrs(chain, lambda w: w.name.startswith(("early_alloc", "early_store"))),
+                   "the ALLOC_STORE's and STORE's early releases"):
         _always(w)
 
 
@@ -510,8 +510,8 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "an unsealed block (ALLOW_UNSEALED) releases the next credit before its data "
            "Write has read the block (decision C16)", chains="v2",
            scenario=_load_then_store),
-    Mutant("v2-alloc-early-always", v2_alloc_early_always, "chains v2 (pipelining): an "
-           "ALLOC_STORE releases the next credit early even when the CPU serves it",
+    Mutant("v2-early-always", v2_early_always, "chains v2 (pipelining): an "
+           "ALLOC_STORE or STORE releases the next credit early even when the CPU serves it",
            mix="fill", chains="v2"),
     Mutant("v2-alloc-genwrap", v2_alloc_genwrap, "chains v2: the ALLOC_STORE's "
            "Generation marker tests 0xFFFE, so an allocation at 0xFFFF binds Generation 0 "

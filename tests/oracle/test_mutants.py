@@ -44,7 +44,7 @@ KINDS = {
     # (C18), and the skip-0 add reading the other ALLOC_STORE variant's word (found)
     "v2-alloc-genwrap": {"completion", "state"},
     # chains v2 pipelining: an ALLOC_STORE releases early even when the CPU serves it
-    "v2-alloc-early-always": {"missing", "completion", "connection", "state", "load-data"},
+    "v2-early-always": {"missing", "completion", "connection", "state", "load-data"},
     "alloc-shared-oldw": {"completion", "state"},
 }
 

@@ -1,7 +1,7 @@
 """Decision C19 against the shadow: two ALLOC_STOREs and LOADs of both handles, all
 outstanding at once on one connection (``run_allocs_then_loads``); an ALLOC_STORE served
 by the NIC releases the next credit once its entry is bound. The random campaigns catch
-mutant ``v2-alloc-early-always`` (the release without its test)."""
+mutant ``v2-early-always`` (the release without its test)."""
 
 from __future__ import annotations
 

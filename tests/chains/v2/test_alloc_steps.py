@@ -68,3 +68,15 @@ def test_v2_allocation_releases_the_next_credit_once_the_entry_is_bound() -> Non
     cx5, _ = _chain("cx5", False)
     v1, _ = _chain("ideal-be", True)
     assert "early_alloc_inline" not in cx5 and "early_alloc_inline" not in v1
+
+
+def test_v2_stores_release_the_next_credit_beside_their_completion() -> None:
+    """Decision C19 for STOREs: the same ENABLE of the gate beside the COMPLETION Send,
+    under the commit's condition; not on cx5 or in chains v1."""
+    v2, _ = _chain("ideal-be", False)
+    for v, send in (("store_inline", "si_send"), ("store_read", "sr_send")):
+        early = v2.wr(f"early_{v}")
+        assert early.step == v2.wr(send).step < v2.wr(f"release_{v}").step, v
+        assert early.cond == v2.wr(f"release_{v}").cond, v
+    for chain in (_chain("cx5", False)[0], _chain("ideal-be", True)[0]):
+        assert "early_store_inline" not in chain
