@@ -6,12 +6,9 @@ COMPLETION. Chains v2 with native conditions run it two steps shorter (decision 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kbtpsim.atomics import RING_ADD_DATA, ring_add_mask
 from kbtpsim.chains.ir import (
     Addr,
-    Chain,
     CondSpec,
     Const,
     Order,
@@ -21,41 +18,13 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.vocab import GO, SEAL, Geometry, Variant, window8
+from kbtpsim.chains.steps import StepHelpers
+from kbtpsim.chains.vocab import GO, SEAL, Variant, window8
 from kbtpsim.nic.wqe import Opcode
 
 
-class AllocSteps:
+class AllocSteps(StepHelpers):
     """The ALLOC_STORE variants' WRs, on top of the builder's helpers."""
-
-    chain: Chain
-    geo: Geometry
-    ro: Order
-    ao: Order
-    arm_producers: dict[str, list[str]]
-
-    if TYPE_CHECKING:
-        def add(self, wr: WrTemplate) -> WrTemplate: ...
-        def marker(self, name: str, part: str, step: int, loc: str,
-                   producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
-                   arm: str, slot: int, word_order: Order = "octets",
-                   compare_source: Placed | None = None) -> None: ...
-        def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
-                  dest: str, what: str, order: Order, producers: tuple[str, ...],
-                  offset: int = 0, extra: tuple[Place, ...] = ()) -> None: ...
-        def armed(self, v: Variant, n_markers: int) -> CondSpec: ...
-        def _handle_src(self) -> tuple[str, int, str]: ...
-        def _shift_at(self) -> int: ...
-        def _cqe_marker(self) -> bool: ...
-        @staticmethod
-        def _flag_cond(flag: int, is_set: bool, about: str) -> CondSpec: ...
-        def _completion(self, v: Variant, name: str, step: int, length_src: Read | None,
-                        bo_loc: str, bo_producers: tuple[str, ...],
-                        generation: Read | None = None,
-                        block_offset: tuple[Read, ...] = (),
-                        cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
-        def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
-        def _early_release(self, v: Variant, step: int, cond: CondSpec) -> None: ...
 
     def _alloc(self, v: Variant) -> None:
         """ALLOC_STORE (design; verified, not posted): FetchAdd on Head, Read the slot,
@@ -74,9 +43,9 @@ class AllocSteps:
         # wrap is handed to the CPU before the ticket, so no skip-0 add: the FetchAdd on
         # Head one step earlier, the re-read, Send and commit two (decision C18). v1 and
         # the CAS-armed chains (cx5) as they were: there each test costs an arming step
-        v2 = self._cqe_marker()
-        st = {k: k - v2 for k in range(4, 12)}  # the fold .. the Generation add
-        st.update({k: k - 2 * v2 for k in (13, 14, 15)})  # re-read, Send, commit
+        short = self._cqe_marker()
+        st = {k: k - short for k in range(4, 12)}  # the fold .. the Generation add
+        st.update({k: k - 2 * short for k in (13, 14, 15)})  # re-read, Send, commit
         # arm word: the request markers (at most 7; the byte count's in step 3, so the
         # allocation starts in step 5) and, in octet 7, the CPU's quota octet;
         # a second word arm2: [0] the first word complete (fold), [1] entry not VALID,
@@ -94,7 +63,7 @@ class AllocSteps:
                     "big")
         arm2_prods = (f"m_{v.name}_fold", f"m_{v.name}_entry")
         gen_ok, gen_mask = b"", b""
-        if v2:  # arm2[3], posted GO (scratch.py), cleared if the Generation is 0xFFFF:
+        if short:  # arm2[3], posted GO (scratch.py), cleared if the Generation is 0xFFFF:
             # the CPU allocates then (draft, "Generation": never 0, so its + 1 skips 0)
             self.add(WrTemplate(
                 f"m_{v.name}_genwrap", Role.WORKER, Opcode.RDMA_WRITE, v.name, 3,
@@ -111,7 +80,7 @@ class AllocSteps:
         armed = CondSpec(Read(f"buf:{arm2}", 8, arm2_prods, "second arm word"),
                          *window8(GO * 2 + b"\x00" + gen_ok, b"\xff" * 2 + b"\x00" + gen_mask),
                          f"{v.name} armed, entry not VALID"
-                         + (", Generation not 0xFFFF" if v2 else ""))
+                         + (", Generation not 0xFFFF" if short else ""))
         self.add(WrTemplate(
             f"{tag}_fa_head", Role.WORKER, Opcode.MASKED_FETCH_ADD, v.name, st[5],
             fields={"raddr": Addr("ring:head"), "rkey": Addr("key:ring_head"),
@@ -166,14 +135,14 @@ class AllocSteps:
                    f"wqe:{data_wr}.{data_field}", "slot Block Offset", ro,
                    (f"{tag}_read_slot",))
         for i, target in ((1, "ent_lo"), (2, "gen"), (3, "gen0"), (4, "reread")):
-            if v2 and target == "gen0":
+            if short and target == "gen0":
                 continue
             what = "Block Handle << 8" + (" | 4 (Data Length, Block Offset)" if i == 1 else "")
             self.patch(f"{tag}_p_h{i}", v.name, 1, [self._handle_src()],
                        f"wqe:{tag}_{target}.raddr", what, ro, ("recv",), self._shift_at())
         ready = CondSpec(Read(f"buf:{arm2}", 8, (*arm2_prods, f"{tag}_seq",
                                                   f"{tag}_consumed"), "second arm word"),
-                         *window8(GO * (4 if v2 else 3), b"\xff" * (4 if v2 else 3)),
+                         *window8(GO * (4 if short else 3), b"\xff" * (4 if short else 3)),
                          "slot ready for this ticket")
         self.add(WrTemplate(
             f"{tag}_consume", Role.WORKER, Opcode.RDMA_WRITE, v.name, st[9],
@@ -243,7 +212,7 @@ class AllocSteps:
             places=(Place(f"buf:{tag}_oldw", 8, "old entry word", "big"),), cond=ready,
             remote_kind="strided_table", atomic_word_order="big",
             note="Flags and Generation + 1 after Data Length and Block Offset"))
-        if not v2:
+        if not short:
             self._gen_skip0(v, tag, ro)
         self.add(WrTemplate(
             f"{tag}_reread", Role.WORKER, Opcode.RDMA_READ, v.name, st[13],

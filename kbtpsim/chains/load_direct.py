@@ -7,14 +7,10 @@ and testing the entry with markers (draft, "Block Load" steps 1-3)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kbtpsim.chains.ir import (
     Addr,
-    Chain,
     CondSpec,
     Const,
-    Order,
     Place,
     Placed,
     Read,
@@ -22,12 +18,12 @@ from kbtpsim.chains.ir import (
     WrTemplate,
 )
 from kbtpsim.chains.lowering import RCQE
+from kbtpsim.chains.steps import StepHelpers
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
     LOAD_SESSION_OCTET,
     SUB_LANE,
-    Geometry,
     Variant,
     msg_length,
     window8,
@@ -36,32 +32,8 @@ from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
-class DirectLoadSteps:
+class DirectLoadSteps(StepHelpers):
     """The direct LOAD's WRs, on top of the builder's helpers."""
-
-    chain: Chain
-    geo: Geometry
-    ro: Order
-    arm_producers: dict[str, list[str]]
-    lowering: str
-
-    if TYPE_CHECKING:
-        def add(self, wr: WrTemplate) -> WrTemplate: ...
-        def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
-                  dest: str, what: str, order: Order, producers: tuple[str, ...],
-                  offset: int = 0, extra: tuple[Place, ...] = ()) -> None: ...
-        @staticmethod
-        def _flag_cond(flag: int, is_set: bool, about: str) -> CondSpec: ...
-        def _completion(self, v: Variant, name: str, step: int, length_src: Read | None,
-                        bo_loc: str, bo_producers: tuple[str, ...],
-                        generation: Read | None = None,
-                        block_offset: tuple[Read, ...] = (),
-                        cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
-        def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
-        def marker(self, name: str, part: str, step: int, loc: str,
-                   producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
-                   arm: str, slot: int, word_order: Order = "octets",
-                   compare_source: Placed | None = None) -> None: ...
 
     def _load_direct(self, v: Variant) -> bool:
         """Whether ``v`` is chains v2's LOAD that reads its own entry (decision C15)."""

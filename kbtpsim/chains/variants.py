@@ -4,15 +4,11 @@ top of the builder's helpers (``add``, ``marker``, ``patch``, ``armed``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kbtpsim.chains.alloc import AllocSteps
 from kbtpsim.chains.ir import (
     Addr,
-    Chain,
     CondSpec,
     Const,
-    Order,
     Place,
     Placed,
     Read,
@@ -27,7 +23,6 @@ from kbtpsim.chains.vocab import (
     INVALIDATE,
     SEAL,
     SUB_LANE,
-    Geometry,
     Variant,
     block_test,
     msg_length,
@@ -40,27 +35,6 @@ from kbtpsim.nic.wqe import Opcode
 class VariantSteps(DirectLoadSteps, AllocSteps):
     """Mixed into the chain builder (:mod:`kbtpsim.chains.compiler`), which provides the
     chain, the geometry, the byte orders and the helpers used here."""
-
-    chain: Chain
-    geo: Geometry
-    ro: Order
-    ao: Order
-    arm_producers: dict[str, list[str]]
-    alt_producers: dict[str, list[str]]
-    lowering: str
-
-    if TYPE_CHECKING:
-        def add(self, wr: WrTemplate) -> WrTemplate: ...
-        def marker(self, name: str, part: str, step: int, loc: str,
-                   producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
-                   arm: str, slot: int, word_order: Order = "octets",
-                   compare_source: Placed | None = None) -> None: ...
-        def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
-                  dest: str, what: str, order: Order, producers: tuple[str, ...],
-                  offset: int = 0, extra: tuple[Place, ...] = ()) -> None: ...
-        def armed(self, v: Variant, n_markers: int) -> CondSpec: ...
-        def _handle_src(self) -> tuple[str, int, str]: ...
-        def _shift_at(self) -> int: ...
 
     def _markers(self, v: Variant) -> None:
         ro, geo = self.ro, self.geo

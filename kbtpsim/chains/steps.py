@@ -1,0 +1,52 @@
+"""What the chain builder's step mixins (:mod:`.variants`, :mod:`.load_direct`,
+:mod:`.alloc`) share: the builder's state they read and, for type checking, the helpers
+they call, provided by the builder (:mod:`kbtpsim.chains.compiler`) or by
+:class:`~kbtpsim.chains.variants.VariantSteps`. Nothing here exists at run time but the
+annotations."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kbtpsim.chains.ir import Chain, CondSpec, Order, Place, Placed, Read, WrTemplate
+from kbtpsim.chains.vocab import Geometry, Variant
+
+
+class StepHelpers:
+    """The builder's state and helpers, as the step mixins see them."""
+
+    chain: Chain
+    geo: Geometry
+    ro: Order
+    ao: Order
+    arm_producers: dict[str, list[str]]
+    alt_producers: dict[str, list[str]]
+    lowering: str
+
+    if TYPE_CHECKING:
+        # the builder's (kbtpsim.chains.compiler)
+        def add(self, wr: WrTemplate) -> WrTemplate: ...
+        def marker(self, name: str, part: str, step: int, loc: str,
+                   producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
+                   arm: str, slot: int, word_order: Order = "octets",
+                   compare_source: Placed | None = None) -> None: ...
+        def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
+                  dest: str, what: str, order: Order, producers: tuple[str, ...],
+                  offset: int = 0, extra: tuple[Place, ...] = ()) -> None: ...
+        def armed(self, v: Variant, n_markers: int) -> CondSpec: ...
+        def _handle_src(self) -> tuple[str, int, str]: ...
+        def _shift_at(self) -> int: ...
+        # VariantSteps' (kbtpsim.chains.variants)
+        def _cqe_marker(self) -> bool: ...
+        @staticmethod
+        def _flag_cond(flag: int, is_set: bool, about: str) -> CondSpec: ...
+        def _completion(self, v: Variant, name: str, step: int, length_src: Read | None,
+                        bo_loc: str, bo_producers: tuple[str, ...],
+                        generation: Read | None = None,
+                        block_offset: tuple[Read, ...] = (),
+                        cond: CondSpec | None = None, patch_step: int = 1) -> None: ...
+        def _commit(self, v: Variant, step: int, cond: CondSpec | None = None) -> None: ...
+        def _early_release(self, v: Variant, step: int, cond: CondSpec) -> None: ...
+
+
+__all__ = ["StepHelpers"]
