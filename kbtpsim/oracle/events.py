@@ -163,9 +163,28 @@ class TargetTap:
     def advance(self, now: int) -> list[Effect]:
         return self._tracked("advance", now, lambda: self._t.advance(now))
 
-    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
-        return self._tracked("quiesced", now, lambda: self._t.quiesced(block_offset, now),
-                             block=block_offset)
+    def quiesced(self, block_offset: int, now: int, ticket: int | None = None,
+                 ticket_time: int | None = None) -> list[Effect]:
+        """A free's ring return; with ``ticket`` the CPU took that Tail ticket through
+        the NIC at ``ticket_time`` (decision C20): the return took effect there, and the
+        event names the ticket (in Tail order, ring ``NAME/tail``)."""
+        if ticket is None:
+            return self._tracked("quiesced", now,
+                                 lambda: self._t.quiesced(block_offset, now), block=block_offset)
+        self._rec.add(now if ticket_time is None else ticket_time, "quiesced",
+                      block=block_offset, ticket=ticket,
+                      ring=f"{self._t.shared_ring.name}{TAIL}")
+        return self._effects(self._t.quiesced(block_offset, now, ticket))
+
+    def note_chain_free(self, connection_id: int, data: bytes, ticket: int,
+                        now: int) -> list[Effect]:
+        # bookkeeping of a FREE whose events came from the chain's WRs (C20)
+        return self._effects(self._t.note_chain_free(connection_id, data, ticket, now))
+
+    def finish_free(self, connection_id: int, data: bytes, ticket: int | None,
+                    now: int) -> list[Effect]:
+        # a FREE the chain unbound (its event at the unbind) and handed over (C20)
+        return self._effects(self._t.finish_free(connection_id, data, ticket, now))
 
     def ticket_taken(self, initiator: str, ticket: int, now: int) -> None:
         self._t.ticket_taken(initiator, ticket, now)
@@ -203,6 +222,10 @@ class TargetTap:
 
     def poll_waiting(self, now: int) -> list[Effect]:
         return self._effects(self._t.poll_waiting(now))
+
+
+#: suffix of a ring's name in the events that take its Tail tickets (decision C20)
+TAIL = "/tail"
 
 
 def linearise(events: Iterable[Event]) -> list[Event]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kbtpsim.oracle.events import Event
+from kbtpsim.oracle.events import TAIL, Event
 from kbtpsim.target import (
     Effect,
     ReadInitiator,
@@ -102,6 +102,11 @@ class Shadow:
                 out = t.advance(now)
             elif e.kind == "quiesced":  # a free's ring return (C13)
                 assert e.block is not None
+                if e.ticket is not None:  # its Tail ticket, taken through the NIC (C20)
+                    ring = self._ring(e.ring[:-len(TAIL)] if e.ring else None)
+                    if ring is not None and ring.tail_ticket != e.ticket:
+                        self.errors.append((e, f"Tail ticket {e.ticket} taken, the "
+                                               f"shadow's next is {ring.tail_ticket}"))
                 out = t.quiesced(e.block, now)
             elif e.kind == "disconnect":
                 if e.conn not in t.connections:

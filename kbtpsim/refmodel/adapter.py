@@ -162,7 +162,9 @@ class ModelTarget:
     def complete_read(self, token: int, data: bytes, now: int) -> list[Effect]:
         return effects(self.model.complete_read(token, data, now))
 
-    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
+    def quiesced(self, block_offset: int, now: int, ticket: int | None = None) -> list[Effect]:
+        if ticket is not None:
+            raise ValueError("the reference model takes its own Tail tickets")
         return effects(self.model.quiesced(block_offset, now))
 
     @property

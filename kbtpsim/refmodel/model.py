@@ -143,6 +143,8 @@ class RefModel:
         # free_quiesce (C13): Block Offset -> the free whose ring return waits for the
         # caller's ``quiesced`` (draft, "Block Free": the entry first, then the ring)
         self.quiesce = bool(getattr(c, "free_quiesce", False))
+        # tail_via_nic (C20): every return to the shared ring waits for ``quiesced``
+        self.tail_via_nic = bool(getattr(c, "tail_via_nic", False))
         self.quiescing: dict[int, dict[str, Any]] = {}
         self._token = 0
         self._pstag = PARTITION_STAG
@@ -557,10 +559,17 @@ class RefModel:
             self._freed(p, out)
 
     def _to_ring(self, s: dict[str, Any], bo: int, p: dict[str, Any] | None,
-                 out: list[Any]) -> bool:
+                 out: list[Any], park: bool = True) -> bool:
         """Return a block to the ring it was allocated from (draft, "Block Free" 3),
-        cleared first if it may next go to another trust domain (T7). True if deferred."""
+        cleared first if it may next go to another trust domain (T7). True if deferred.
+        With ``tail_via_nic`` a return to the shared ring waits for ``quiesced`` (whose
+        own return has ``park`` False)."""
         r = self.ring_of_block[bo]
+        if park and self.tail_via_nic and r is self.rings[0]:
+            self.quiescing[bo] = p if p is not None else {"kind": "free", "conn": None,
+                                                          "s": s, "msg": None}
+            s["freeing"] += 1
+            return True
         if r is self.rings[0] and any(o["domain"] != s["domain"] for o in self.sess.values()
                                       if o["ring"] is r):
             self.pool.pop(bo, None)  # "clears its contents before returning it"
@@ -600,7 +609,7 @@ class RefModel:
         s = p["s"]
         s["freeing"] -= 1
         out: list[Any] = []
-        if not self._to_ring(s, bo, p, out) and p["msg"] is not None \
+        if not self._to_ring(s, bo, p, out, park=False) and p["msg"] is not None \
                 and p["conn"] is not None:
             self.conns[p["conn"]]["wait"] = None
             self._complete(p["conn"], s, p["msg"], Status.OK, self.entry(p["msg"].handle),

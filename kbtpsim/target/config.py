@@ -116,12 +116,19 @@ class TargetConfig:
     #: the caller reports, with ``Target.quiesced``, that nothing still reads the block
     #: under the old entry (NIC chains that read an entry, then the block: decision C13)
     free_quiesce: bool = False
+    #: the NIC takes Tail tickets of the shared ring too (chains that serve FREE,
+    #: decision C20): every return of a block to the shared ring waits in ``quiescing``
+    #: until the caller, having taken a Tail ticket through the NIC, calls
+    #: ``Target.quiesced(block, now, ticket)``. Needs ``free_quiesce``
+    tail_via_nic: bool = False
     #: blocks of DIRECT_ALLOC partitions (computed; not a parameter)
     partition_blocks: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         own = "TargetConfig"
         _require(0 < self.blocks <= MAX_RING_SLOTS, own, "blocks", "must be in 1..2^28")
+        _require(self.free_quiesce or not self.tail_via_nic, own, "tail_via_nic",
+                 "needs free_quiesce (the blocks it returns wait in quiescing)")
         _require(
             self.block_size > 0 and self.block_size % 8 == 0 and self.block_size < 1 << 32,
             own, "block_size", "must be a positive multiple of 8 below 2^32",

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kbtpsim.errors import (
     DecodeError,
@@ -55,6 +54,7 @@ from kbtpsim.errors import (
     Malformed,
 )
 from kbtpsim.target.bytestore import ByteStore
+from kbtpsim.target.chain_hooks import ChainHooks
 from kbtpsim.target.config import PS_PER_MS, Binding, TargetConfig
 from kbtpsim.target.direct import (
     PARTITION_STAG_BASE,
@@ -74,6 +74,7 @@ from kbtpsim.target.effects import (
 from kbtpsim.target.invariant import check_invariant
 from kbtpsim.target.layout import TargetLayout
 from kbtpsim.target.memstore import MemBlockTable, MemFreeRing, MemPool
+from kbtpsim.target.pending import PendingAlloc, PendingFree, PendingRead
 from kbtpsim.target.pool import Pool
 from kbtpsim.target.ring import FreeRing, Ticket
 from kbtpsim.target.session import Connection, ConnState, DirectAlloc, InitiatorState
@@ -104,43 +105,7 @@ from kbtpsim.wire import (
 from kbtpsim.wire.structures import addr_order
 
 
-@dataclass(slots=True)
-class _Alloc:
-    """A target-executed allocation that has its ticket but not yet its block.
-
-    ``msg`` None means a reclaim: the block goes straight back to the ring (an abandoned
-    direct ticket, or an allocation whose connection failed).
-    """
-
-    conn_id: int | None
-    sess: InitiatorState
-    msg: AllocStore | None
-    ring: FreeRing
-    ticket: Ticket
-    held: bool = False  #: stopped before reading the slot until read_slot()
-
-
-@dataclass(slots=True)
-class _Read:
-    """A non-inline store waiting for the RDMA Read data of its Data Descriptor."""
-
-    conn_id: int
-    sess: InitiatorState
-    msg: Store | AllocStore
-    block: int | None = None  #: for ALLOC_STORE, the block already taken from the ring
-
-
-@dataclass(slots=True)
-class _Free:
-    """A free whose slot write is deferred; completes when the slot is consumed."""
-
-    conn_id: int | None
-    sess: InitiatorState
-    msg: Free | None
-    entry: TableEntry | None
-
-
-class Target(Validation, DirectAccess):
+class Target(ChainHooks, Validation, DirectAccess):
     """The software KBTP target. All public methods take ``now`` in picoseconds."""
 
     def __init__(self, config: TargetConfig, store: ByteStore | None = None,
@@ -190,13 +155,13 @@ class Target(Validation, DirectAccess):
         self.counters = OpCounters()
         self._tokens = itertools.count(1)
         self._partition_stags = itertools.count(PARTITION_STAG_BASE)
-        self._waiters: list[_Alloc] = []
-        self._reads: dict[int, _Read] = {}
-        self._frees: dict[tuple[str, int], _Free] = {}
-        self._done_frees: list[_Free] = []
+        self._waiters: list[PendingAlloc] = []
+        self._reads: dict[int, PendingRead] = {}
+        self._frees: dict[tuple[str, int], PendingFree] = {}
+        self._done_frees: list[PendingFree] = []
         #: free_quiesce (C13): block -> the free that unbound it, its ring write waiting
         #: for ``quiesced``
-        self._quiescing: dict[int, _Free] = {}
+        self._quiescing: dict[int, PendingFree] = {}
         #: blocks taken from a ring and not yet bound (outstanding tickets' blocks)
         self.held_blocks: dict[int, str] = {}
         #: exceptions that escaped an operation and were answered with INTERNAL
@@ -205,6 +170,9 @@ class Target(Validation, DirectAccess):
         #: taking a ticket whose slot was not ready
         self.chain_allocations = 0
         self.slot_not_ready = 0
+        #: FREEs a NIC chain served, and ones it handed over after unbinding (C20)
+        self.chain_frees = 0
+        self.chain_free_handovers = 0
 
     def _new_ring(self, index: int, blocks: range) -> FreeRing:
         """The ring ``index`` of the layout (0: shared, then DIRECT_ALLOC partitions)."""
@@ -380,137 +348,6 @@ class Target(Validation, DirectAccess):
                 return ring
         return self.shared_ring
 
-    # ================================================================ chain hooks
-    # Additive entry points for a target whose NIC runs ALLOC_STORE in pre-posted chains
-    # (kbtpsim.chains): the chain does the draft's steps in memory (FetchAdd on Head, slot
-    # Read, consume, data, table entry); these keep the Python bookkeeping in step.
-
-    def note_chain_op(self, op: str) -> None:
-        """A NIC chain served a LOAD or STORE (fast paths complete with OK only): count
-        its completion, as handling it here would have. The chain read or wrote the
-        table and pool in memory; nothing else is kept for them."""
-        if op not in ("LOAD", "STORE"):
-            raise ValueError(f"note_chain_op: {op!r} (ALLOC_STORE: note_chain_alloc)")
-        self.counters.bump(op, Status.OK.name)
-
-    def note_chain_alloc(self, connection_id: int, data: bytes, ticket: int,
-                         now: int) -> list[Effect]:
-        """A NIC chain served the ALLOC_STORE ``data`` of this connection with ``ticket``:
-        it took the ticket (FetchAdd on Head), consumed the ticket's slot, wrote the block
-        and bound the handle, all in memory. Record the binding (quota usage) and the
-        completion's counter, and perform a free deferred on that slot, as consuming it in
-        software would (its FREE completes now). Returns the effects (such completions)."""
-        conn = self._conn(connection_id)
-        sess = conn.initiator
-        if sess is None:
-            raise ValueError(f"connection {connection_id} has no session")
-        msg = decode(data, conn.addr_le)
-        if not isinstance(msg, AllocStore):
-            raise ValueError("note_chain_alloc: not an ALLOC_STORE")
-        ring = sess.direct.ring if sess.direct is not None else self.shared_ring
-        out: list[Effect] = []
-        self._consumed_elsewhere(ring, ring.slot_offset_of(ticket))
-        sess.bound.add(msg.handle)
-        self.counters.bump("ALLOC_STORE", Status.OK.name)
-        self.chain_allocations += 1
-        self._pump(now, out)
-        return out
-
-    def takes_shared_ticket(self, connection_id: int, data: bytes) -> bool:
-        """Would :meth:`handle` take a Ticket of the shared ring for ``data`` now (an
-        ALLOC_STORE that passes validation on an established, idle connection whose
-        session allocates from the shared ring)? A server whose NIC also takes Tickets
-        on that Head (chains) takes this one through the NIC instead and calls
-        :meth:`finish_allocation` with ``handover=False``. No state changes."""
-        conn = self.connections.get(connection_id)
-        if conn is None or conn.busy or conn.queue:
-            return False
-        sess = conn.initiator
-        if sess is None or conn.state is not ConnState.ESTABLISHED or \
-                sess.direct is not None:
-            return False
-        try:
-            msg = decode(data, conn.addr_le)
-        except DecodeError:
-            return False
-        if not isinstance(msg, AllocStore):
-            return False
-        try:
-            self._check_alloc_store(sess, msg)
-        except KbtpError:
-            return False
-        return True
-
-    def finish_allocation(self, connection_id: int, data: bytes, ticket: int,
-                          now: int, *, handover: bool = True) -> list[Effect]:
-        """A NIC chain took ``ticket`` for the ALLOC_STORE ``data`` (FetchAdd on Head) but
-        found the slot not ready (Sequence != ticket: a free still writing it) and handed
-        the request over. Finish the allocation of *that* ticket in software: wait for the
-        slot if need be, consume it, write the data, bind, complete, exactly as
-        :meth:`handle` would after its own FetchAdd. The request must pass validation (the
-        chain checked it); a failure here is a chain/target disagreement and raises."""
-        conn = self._conn(connection_id)
-        sess = conn.initiator
-        if sess is None or conn.state is not ConnState.ESTABLISHED:
-            raise ValueError(f"connection {connection_id} has no session")
-        msg = decode(data, conn.addr_le)
-        if not isinstance(msg, AllocStore):
-            raise ValueError("finish_allocation: not an ALLOC_STORE")
-        self._check_alloc_store(sess, msg)  # raises KbtpError: the chain should not have run
-        ring = sess.direct.ring if sess.direct is not None else self.shared_ring
-        if not 0 <= ticket <= 0xFFFFFFFF:
-            raise ValueError(f"bad ticket {ticket}")
-        if handover:
-            self.slot_not_ready += 1
-        sess.tickets += 1
-        alloc = _Alloc(connection_id, sess, msg, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
-        out: list[Effect] = []
-        block = ring.ready(alloc.ticket)
-        if block is None or conn.busy:
-            self._waiters.append(alloc)
-            conn.busy = True
-        elif self._got_block(alloc, block, out):
-            conn.busy = True
-        self._pump(now, out)
-        return out
-
-    def allocate_with_ticket(self, connection_id: int, data: bytes, ticket: int,
-                             ticket_time: int, now: int) -> list[Effect]:
-        """The server took ``ticket`` of the shared ring for the ALLOC_STORE ``data``
-        itself, with a FetchAdd through its NIC at ``ticket_time`` (see
-        :meth:`takes_shared_ticket`): finish the allocation as :meth:`handle` would
-        after its own FetchAdd. ``ticket_time`` is for observers (the oracle's tap)."""
-        return self.finish_allocation(connection_id, data, ticket, now, handover=False)
-
-    def poll_waiting(self, now: int) -> list[Effect]:
-        """Re-read the slots of allocations waiting for them (slot not ready: a free still
-        writing it) and go on with those that are now ready; a CPU that finishes chain
-        hand-overs calls this while :attr:`waiting_allocations` is non-zero."""
-        out: list[Effect] = []
-        self._pump(now, out)
-        return out
-
-    @property
-    def waiting_allocations(self) -> int:
-        """Allocations holding a ticket whose slot they have not read successfully yet."""
-        return sum(1 for a in self._waiters if a.msg is not None and not a.held)
-
-    def _consumed_elsewhere(self, ring: FreeRing, slot_offset: int) -> None:
-        """A slot was consumed in memory by someone else (a chain): perform the free
-        deferred on it, if any, as :meth:`FreeRing.consume` does after its own write."""
-        index = slot_offset // 16
-        waiting = ring._deferred.get(index)
-        if not waiting:
-            return
-        next_ticket, block = waiting.popleft()
-        if not waiting:
-            del ring._deferred[index]
-        ring._put(index, next_ticket, block)  # Block Offset first, then Sequence
-        pending = self._frees.pop((ring.name, next_ticket))
-        pending.sess.freeing -= 1
-        if pending.msg is not None and pending.conn_id is not None:
-            self._done_frees.append(pending)
-
     # ================================================================ dispatch
 
     def _conn(self, connection_id: int) -> Connection:
@@ -655,7 +492,7 @@ class Target(Validation, DirectAccess):
         if msg.inline_data is not None:
             self._finish_store(conn.connection_id, sess, msg, msg.inline_data, out)
             return False
-        self._request_read(_Read(conn.connection_id, sess, msg), out)
+        self._request_read(PendingRead(conn.connection_id, sess, msg), out)
         return True
 
     def _exec_alloc_store(self, conn: Connection, sess: InitiatorState, msg: Message,
@@ -663,7 +500,7 @@ class Target(Validation, DirectAccess):
         assert isinstance(msg, AllocStore)
         ring = sess.direct.ring if sess.direct is not None else self.shared_ring
         sess.tickets += 1
-        alloc = _Alloc(conn.connection_id, sess, msg, ring, ring.take_ticket(), held=hold)
+        alloc = PendingAlloc(conn.connection_id, sess, msg, ring, ring.take_ticket(), held=hold)
         if not hold:
             block = ring.ready(alloc.ticket)
             if block is not None:
@@ -676,7 +513,7 @@ class Target(Validation, DirectAccess):
         assert isinstance(msg, Free)
         new_entry = self.table.unbind(msg.handle)
         sess.bound.discard(msg.handle)
-        pending = _Free(conn.connection_id, sess, msg, new_entry)
+        pending = PendingFree(conn.connection_id, sess, msg, new_entry)
         if self.config.free_quiesce:  # draft "Block Free" 3 waits for quiescence (C13)
             self._park(sess, entry.block_offset, pending)
             return True
@@ -699,7 +536,7 @@ class Target(Validation, DirectAccess):
 
     # --- steps shared by the operations -------------------------------------------------
 
-    def _request_read(self, pending: _Read, out: list[Effect]) -> None:
+    def _request_read(self, pending: PendingRead, out: list[Effect]) -> None:
         token = next(self._tokens)
         self._reads[token] = pending
         dd = pending.msg.data_descriptor
@@ -722,7 +559,7 @@ class Target(Validation, DirectAccess):
         sess.bound.add(msg.handle)
         self._complete(conn_id, sess, msg, Status.OK, entry, out)
 
-    def _got_block(self, alloc: _Alloc, block: int, out: list[Effect]) -> bool:
+    def _got_block(self, alloc: PendingAlloc, block: int, out: list[Effect]) -> bool:
         """An allocation read its slot: consume it and go on. True if still waiting."""
         self._consume(alloc.ring, alloc.ticket.slot_offset, out)
         msg = alloc.msg
@@ -734,7 +571,7 @@ class Target(Validation, DirectAccess):
             self._finish_alloc_store(alloc.conn_id, alloc.sess, msg, block, msg.inline_data, out)
             return False
         self.held_blocks[block] = alloc.sess.name
-        self._request_read(_Read(alloc.conn_id, alloc.sess, msg, block), out)
+        self._request_read(PendingRead(alloc.conn_id, alloc.sess, msg, block), out)
         return True
 
     def _consume(self, ring: FreeRing, slot_offset: int, out: list[Effect]) -> None:
@@ -745,16 +582,26 @@ class Target(Validation, DirectAccess):
             if pending.msg is not None and pending.conn_id is not None:
                 self._done_frees.append(pending)  # completed by _pump, after the consumer
 
-    def _free_block(self, sess: InitiatorState, block: int, pending: _Free | None,
-                    clear: bool = True) -> bool:
-        """Return a block to its ring (clearing it if needed). True if the write waits."""
+    def _free_block(self, sess: InitiatorState, block: int, pending: PendingFree | None,
+                    clear: bool = True, ticket: int | None = None,
+                    park: bool = True) -> bool:
+        """Return a block to its ring (clearing it if needed). True if the write waits.
+
+        ``ticket``: a Tail ticket already taken for it (by a FetchAdd through the NIC).
+        With ``tail_via_nic`` every other return to the shared ring waits in
+        :attr:`quiescing` instead, until the caller has taken a Tail ticket through the
+        NIC and calls :meth:`quiesced` with it (decision C20); ``park=False`` is that
+        call's own return."""
         ring = self.ring_of(block)
+        if ticket is None and park and self.config.tail_via_nic and ring is self.shared_ring:
+            self._park(sess, block, pending or PendingFree(None, sess, None, None))
+            return True
         if clear and self._must_clear(ring, sess):
             self.pool.clear(block)
-        write, deferred = ring.free(block)
+        write, deferred = ring.free(block, ticket)
         if deferred:
             sess.freeing += 1
-            self._frees[(ring.name, write.ticket)] = pending or _Free(None, sess, None, None)
+            self._frees[(ring.name, write.ticket)] = pending or PendingFree(None, sess, None, None)
         return deferred
 
     def _must_clear(self, ring: FreeRing, owner: InitiatorState) -> bool:
@@ -775,7 +622,7 @@ class Target(Validation, DirectAccess):
         direct.abandoned.add(ticket)
         ring = direct.ring
         self._waiters.append(
-            _Alloc(None, sess, None, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
+            PendingAlloc(None, sess, None, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
         )
 
     def _release_all(self, sess: InitiatorState) -> None:
@@ -783,12 +630,12 @@ class Target(Validation, DirectAccess):
             entry = self.table.get(handle)
             self.table.unbind(handle)
             if self.config.free_quiesce:
-                self._park(sess, entry.block_offset, _Free(None, sess, None, None))
+                self._park(sess, entry.block_offset, PendingFree(None, sess, None, None))
             else:
                 self._free_block(sess, entry.block_offset, None)
         sess.bound.clear()
 
-    def _park(self, sess: InitiatorState, block: int, pending: _Free) -> None:
+    def _park(self, sess: InitiatorState, block: int, pending: PendingFree) -> None:
         """free_quiesce: the entry is unbound; the block waits for :meth:`quiesced`
         (usage until then, as a deferred free's)."""
         sess.freeing += 1
@@ -800,18 +647,21 @@ class Target(Validation, DirectAccess):
         :meth:`quiesced`, oldest first."""
         return list(self._quiescing)
 
-    def quiesced(self, block_offset: int, now: int) -> list[Effect]:
+    def quiesced(self, block_offset: int, now: int, ticket: int | None = None) -> list[Effect]:
         """free_quiesce (decision C13): nothing reads ``block_offset`` under the entry
         its free unbound any more. Return it to its ring (draft, "Block Free" 3: cleared
         first if need be; the slot write deferred while the slot is unconsumed) and
-        complete the FREE (4) if its connection is still there."""
+        complete the FREE (4) if its connection is still there. ``ticket``: the Tail
+        ticket the caller took for it through the NIC (``tail_via_nic``, decision C20);
+        None: the target takes one itself."""
         pending = self._quiescing.pop(block_offset, None)
         if pending is None:
             raise ValueError(f"block 0x{block_offset:x} does not wait for quiescence")
         pending.sess.freeing -= 1
         out: list[Effect] = []
         deferred = self._free_block(pending.sess, block_offset,
-                                    pending if pending.msg is not None else None)
+                                    pending if pending.msg is not None else None,
+                                    ticket=ticket, park=False)
         if not deferred and pending.msg is not None and pending.conn_id is not None:
             self._done_frees.append(pending)
         self._pump(now, out)

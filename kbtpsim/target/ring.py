@@ -157,11 +157,19 @@ class FreeRing:
         self._put(index, ticket, block)  # Block Offset first, then Sequence
         return [SlotWrite(ticket, slot_offset, block)]
 
-    def free(self, block_offset: int) -> tuple[SlotWrite, bool]:
-        """FetchAdd on Tail and write the slot; the bool is True if the write is deferred."""
+    def free(self, block_offset: int, ticket: int | None = None) -> tuple[SlotWrite, bool]:
+        """FetchAdd on Tail and write the slot; the bool is True if the write is deferred.
+        ``ticket``: a Tail ticket already taken (Tail advanced by a FetchAdd through the
+        NIC, decision C20), used instead of a FetchAdd here."""
         if block_offset not in self.blocks:
             raise ValueError(f"ring {self.name}: block 0x{block_offset:x} is not mine")
-        got, self.tail = self._advance(self.tail)
+        if ticket is None:
+            got, self.tail = self._advance(self.tail)
+        else:
+            if not 0 < (self.tail_ticket - ticket) & MASK32 <= self.n_slots:
+                raise ValueError(f"ring {self.name}: Tail ticket {ticket} was not taken "
+                                 f"(Tail is at ticket {self.tail_ticket})")
+            got = Ticket(ticket, self.slot_offset_of(ticket))
         index = self._index(got.slot_offset)
         write = SlotWrite(got.ticket, got.slot_offset, block_offset)
         if self._get(index)[1] != CONSUMED or index in self._deferred:
