@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
+from kbtpsim.chains.free import free_buildable
 from kbtpsim.chains.ir import (
     Addr,
     Chain,
@@ -270,11 +271,16 @@ class _Builder(VariantSteps, CasLowering):
 
 
 def build_chain(addr_le: bool, atomic_order: Order = "little", geo: Geometry | None = None,
-                variants: tuple[str, ...] = tuple(VARIANTS),
+                variants: tuple[str, ...] | None = None,
                 lowering: Lowering = "native") -> Chain:
-    """The per-credit chain serving ``variants`` (default: all), its conditions expressed
-    with native conditional WRs or (``lowering="cas"``) with CAS-on-WQE."""
-    return _Builder(addr_le, atomic_order, geo or Geometry(), variants, lowering).build()
+    """The per-credit chain serving ``variants`` (default: all that this geometry and
+    lowering can build: FREE only with the LOADs' reader counts, decision C20), its
+    conditions expressed with native conditional WRs or (``lowering="cas"``) with
+    CAS-on-WQE."""
+    geo = geo or Geometry()
+    if variants is None:
+        variants = tuple(v for v in VARIANTS if v != "free" or free_buildable(geo, lowering))
+    return _Builder(addr_le, atomic_order, geo, variants, lowering).build()
 
 
 def build_software(addr_le: bool, geo: Geometry | None = None) -> Chain:

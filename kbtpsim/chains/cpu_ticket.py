@@ -35,11 +35,20 @@ Gen = Generator[simpy.Event, Any, Any]
 
 
 class NicTicketTaker:
-    """Masked FetchAdds on the shared ring's Head, posted by the CPU through its NIC."""
+    """Masked FetchAdds on the shared ring's Head (or, ``counter="tail"``, its Tail: the
+    CPU's frees once chains free too, decision C20), posted by the CPU through its NIC."""
 
-    def __init__(self, nic: Nic, ring: RingKeys, n_slots: int) -> None:
+    def __init__(self, nic: Nic, ring: RingKeys, n_slots: int,
+                 counter: str = "head") -> None:
         self.nic = nic
         self.ring = ring
+        if counter == "head":
+            self.counter_to, self.counter_rkey = ring.head_to, ring.head.rkey
+        elif counter == "tail" and ring.tail is not None:
+            self.counter_to, self.counter_rkey = ring.tail_to, ring.tail.rkey
+        else:
+            raise ValueError(f"NicTicketTaker: no key for counter {counter!r}")
+        self.counter = counter
         self.add_mask = ring_add_mask(n_slots)
         self.cq = nic.create_cq(1 << 10)
         self.qp = nic.create_qp(self.cq, self.cq, sq_depth=64)
@@ -62,8 +71,8 @@ class NicTicketTaker:
             yield from cpu.spend(account, cpu.post_ps)
             self.qp.post_send(WorkRequest(
                 Opcode.MASKED_FETCH_ADD, (Sge(self.result_addr, 8, self.result_mr.lkey),),
-                WqeFlags.SIGNALED, remote_addr=self.ring.head_to,
-                rkey=self.ring.head.rkey, swap_add=RING_ADD_DATA, swap_mask=self.add_mask,
+                WqeFlags.SIGNALED, remote_addr=self.counter_to,
+                rkey=self.counter_rkey, swap_add=RING_ADD_DATA, swap_mask=self.add_mask,
                 wr_id=self._ids))
             yield from cpu.spend(account, cpu.doorbell_ps)  # the doorbell is an MMIO write
             self.qp.ring_doorbell()
@@ -75,7 +84,8 @@ class NicTicketTaker:
                 cpu.charge(account, spun)
             yield from cpu.spend(account, cpu.poll_ps)
             if cqe.status is not WcStatus.SUCCESS:
-                raise RuntimeError(f"the CPU's FetchAdd on Head failed: {cqe.status.name}")
+                raise RuntimeError(f"the CPU's FetchAdd on {self.counter} failed: "
+                                   f"{cqe.status.name}")
             order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
                 else "little"
             old = self.nic.host.memory.read_u64(self.result_addr, order)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.errors import DecodeError
-from kbtpsim.wire import AllocStore, Load, Store, decode
+from kbtpsim.wire import AllocStore, Free, Load, Store, decode
 
 #: reasons a request went to the CPU before its chain ran
 PARTIAL_BLOCK = "partial block (the chains serve whole blocks)"
@@ -41,6 +41,12 @@ def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
         msg = decode(request, addr_le)
     except DecodeError:
         return MALFORMED
+    if isinstance(msg, Free) and "free" in offloaded:  # decision C20: header alone
+        if msg.flags:
+            return OTHER_FLAGS
+        if msg.status:
+            return STATUS
+        return GENERATION if msg.generation else None
     if not isinstance(msg, Load | Store | AllocStore):
         return NOT_OFFLOADED
     inline = getattr(msg, "inline_data", None) is not None

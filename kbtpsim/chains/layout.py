@@ -57,20 +57,40 @@ RING_TO = 1 << 32
 
 @dataclass(frozen=True, slots=True)
 class RingKeys:
-    """The keys an ALLOC_STORE chain uses on one ring: slots (TO ``RING_TO`` + Slot Offset)
-    and Head (TO = its address; remote atomics)."""
+    """The keys chains use on one ring: slots (TO ``RING_TO`` + Slot Offset), the slots'
+    Block Offset fields (``slots_bo``: TO ``RING_TO`` + Slot Offset is octet 8 of that
+    slot, so that a FREE writes the Block Offset before the Sequence: decision C20),
+    and Head and Tail (TO = their addresses; remote atomics)."""
 
     slots: MemoryRegion
     head: MemoryRegion
     head_to: int
+    tail: MemoryRegion | None = None
+    tail_to: int = 0
+    slots_bo: MemoryRegion | None = None
 
 
 def register_ring(nic: Nic, ring: RingLayout) -> RingKeys:
-    """Register ``ring``'s slots and Head counter for a chain's Read/Write and FetchAdd."""
+    """Register ``ring``'s slots and its Head and Tail counters for a chain's Read/Write
+    and FetchAdd."""
     rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
     slots = nic.register_mr(ring.slots_addr, ring.slots_size, rights, base_to=RING_TO)
     head = nic.register_mr(ring.head_addr, 8, rights | Access.REMOTE_ATOMIC)
-    return RingKeys(slots, head, ring.head_addr)
+    tail = nic.register_mr(ring.tail_addr, 8, rights | Access.REMOTE_ATOMIC)
+    slots_bo = nic.register_mr(ring.slots_addr + 8, ring.slots_size - 8, rights,
+                               base_to=RING_TO)
+    return RingKeys(slots, head, ring.head_addr, tail, ring.tail_addr, slots_bo)
+
+
+def register_readers(nic: Nic, layout: ChainLayout) -> MemoryRegion:
+    """The LOADs' reader counts (decision C20): one 8-octet word per table entry in the
+    NIC's device memory, behind a strided key with the table's geometry (TO ``h << 8``
+    is handle ``h``'s count), for the LOAD's FetchAdds and the FREE's Read."""
+    rights = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE \
+        | Access.REMOTE_ATOMIC
+    addr = nic.dm_alloc(8 * layout.table_count, 64)
+    return nic.register_strided(addr, 8, layout.table_count, STRIDE, rights,
+                                base_index=layout.table_base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +121,8 @@ class ChainLayout:
     def block_addr(self, block_offset: int) -> int:
         return self.pool_addr + block_offset
 
-    def geometry(self, config: TargetConfig, initiator: str, seqlock: bool = True) -> Geometry:
+    def geometry(self, config: TargetConfig, initiator: str, seqlock: bool = True,
+                 readers: bool = False) -> Geometry:
         """The constants of a connection's chains (handle blocks, sizes); ``seqlock``:
         LOADs re-read the entry (O3), else the target quiesces frees (C13)."""
         ini = next(i for i in config.initiators if i.name == initiator)
@@ -127,7 +148,7 @@ class ChainLayout:
         return Geometry(
             block_size=config.block_size, max_inline=config.max_inline,
             table_block=table, load_block=load, own_block=own, ring_slots=self.ring_slots,
-            seqlock=seqlock)
+            seqlock=seqlock, readers=readers)
 
     def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
         """The table's strided key (None without ``strided_keys``) and the pool region

@@ -17,7 +17,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.lowering import RCQE
+from kbtpsim.chains.lowering import M64, RCQE
 from kbtpsim.chains.steps import StepHelpers
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
@@ -89,6 +89,8 @@ class DirectLoadSteps(StepHelpers):
                               f"arm word of {v.name}"),
                          *window8(GO * (n + 1), b"\xff" * (n + 1)),
                          f"{v.name} armed (request tests), session established (CPU octet)")
+        if self.geo.readers:
+            self._load_readers(v, armed)
         self.add(WrTemplate(
             "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 2,
             fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch"),
@@ -143,6 +145,8 @@ class DirectLoadSteps(StepHelpers):
         # memory runs beside the entry Read instead of behind the patches
         self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
         self._commit(v, 4, valid)
+        if self.geo.readers:
+            self._load_unread(v, armed)
         # Pipelining (decision C16): a LOAD of a SEALED entry releases the next credit
         # once its entry Read has landed, beside its data Write. Nothing later on the
         # connection can change that block before the Write has read it: a STORE needs
@@ -160,3 +164,36 @@ class DirectLoadSteps(StepHelpers):
             fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
             cond=sealed, note="release the next credit early: a sealed block cannot "
                               "change before this LOAD's data Write has read it"))
+
+    def _load_readers(self, v: Variant, armed: CondSpec) -> None:
+        """Decision C20: the LOAD counts itself a reader of its handle before its entry
+        Read, with a FetchAdd + 1 on the handle's count (NIC device memory, a strided key
+        like the table's) on the entry Read's own QP, right before it (a responder runs
+        an atomic and a later Read in order: the count is raised before the entry is
+        sampled). A FREE on the NIC unbinds the entry, then reads the count: either it
+        sees this LOAD, or this LOAD's Read sees the entry unbound (a Dekker pair on one
+        atomic unit)."""
+        ro = self.ro
+        for name, dest in (("p_h_rdr", "load_readers"), ("p_h_unr", "load_unread")):
+            self.patch(name, v.name, 1, [self._handle_src()], f"wqe:{dest}.raddr",
+                       "Block Handle << 8", ro, ("recv",), self._shift_at())
+            self.chain.wr(name).lane = f"{v.name}{SUB_LANE}rdr"
+        self.add(WrTemplate(
+            "load_readers", Role.WORKER, Opcode.FETCH_ADD, v.name, 2,
+            fields={"raddr": Placed("p_h_rdr", "Block Handle << 8", ro, "patch"),
+                    "rkey": Addr("key:readers"), "swap_add": Const(1, "+ 1")},
+            places=(Place("buf:rdr_old", 8, "the count before (unused)", "big"),),
+            cond=armed, remote_kind="readers",
+            note="one reader more of the handle, before the entry Read (C20)"))
+
+    def _load_unread(self, v: Variant, armed: CondSpec) -> None:
+        """Decision C20: once the data Write has completed (the block has been read), the
+        count goes down again, on every path that raised it (the same condition)."""
+        self.add(WrTemplate(
+            "load_unread", Role.WORKER, Opcode.FETCH_ADD, v.name, 4,
+            fields={"raddr": Placed("p_h_unr", "Block Handle << 8", self.ro, "patch"),
+                    "rkey": Addr("key:readers"), "swap_add": Const(M64, "- 1")},
+            places=(Place("buf:rdr_old2", 8, "the count before (unused)", "big"),),
+            cond=armed, remote_kind="readers",
+            note="one reader fewer, after the data Write completed (C20)"))
+

@@ -23,6 +23,7 @@ from kbtpsim.chains.compiler import (
     build_chain,
     build_software,
 )
+from kbtpsim.chains.free import FREE_NEEDS, free_buildable
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout
 from kbtpsim.chains.verify import Violation, verify
@@ -72,6 +73,11 @@ def lowering_for(profile: NicProfile) -> Lowering:
 def decide(variant: str, profile: NicProfile, addr_le: bool,
            geo: Geometry | None = None) -> Decision:
     low = lowering_for(profile)
+    if variant == "free" and not free_buildable(geo or Geometry(), low):
+        chain = build_software(addr_le, geo)
+        chain.name = variant
+        return Decision(variant, profile.name, addr_le, chain,
+                        [Violation("fr_unbind_s", "", "design", FREE_NEEDS)], low)
     chain = build_chain(addr_le, _order(profile), geo, (variant,), low)
     chain.name = variant
     return Decision(variant, profile.name, addr_le, chain, verify(chain, profile), low)
@@ -102,13 +108,15 @@ class ConnectionPlan:
 
 def plan_connection(profile: NicProfile, config: TargetConfig, layout: ChainLayout,
                     initiator: str, variants: tuple[str, ...] | None = None,
-                    seqlock: bool = True) -> ConnectionPlan:
+                    seqlock: bool = True, readers: bool = False) -> ConnectionPlan:
     """Verify each variant for this connection's geometry; build the chain of the sound
     ones (with none, the chain is the dispatch prefix alone: every request goes to the
     CPU). ``seqlock=False``: LOADs without the entry re-read, for a target that
-    quiesces frees (decision C13)."""
-    geo = layout.geometry(config, initiator, seqlock)
-    wanted = tuple(VARIANTS) if variants is None else variants
+    quiesces frees (decision C13). ``readers``: LOADs count their readers and FREE may
+    run on the NIC (decision C20)."""
+    geo = layout.geometry(config, initiator, seqlock, readers)
+    wanted = tuple(v for v in VARIANTS if v != "free" or readers) if variants is None \
+        else variants  # default: every variant, FREE only with reader counts (C20)
     ok: list[str] = []
     software: dict[str, list[str]] = {}
     for v in wanted:

@@ -76,6 +76,11 @@ class Finished:
     #: a Read-source request's data Read from the initiator completed (successfully,
     #: before any failure of the connection) at this time: the data is in the block
     data_read: int | None = None
+    #: FREE (decision C20): when the chain's unbind ran (the entry is unbound in memory,
+    #: whether the NIC served the FREE or handed it over), else None; ``ticket`` is then
+    #: a Tail ticket, taken at ``ticket_time``
+    unbound: int | None = None
+    ticket_time: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -88,8 +93,11 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,
                  device_memory: bool = True, ring: RingKeys | None = None,
-                 alloc_budget: int = 0, cpu_slots: int = 0) -> None:
+                 alloc_budget: int = 0, cpu_slots: int = 0,
+                 readers: MemoryRegion | None = None) -> None:
         self.nic = nic
+        #: the LOADs' reader counts (decision C20), None without a NIC FREE
+        self.readers_key = readers
         self.chain = chain
         self.layout = layout
         self.credits = credits
@@ -106,7 +114,12 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
         #: arm words of the ALLOC_STORE variants (octet 7: the CPU's quota octet)
         self.alloc_arms = [f"arm_{v}" for v in ("alloc_inline", "alloc_read")
                            if f"commit_{v}" in names]
-        self.fa_heads = {i for i, w in enumerate(self.templates) if w.name.endswith("_fa_head")}
+        #: the FetchAdds that take a ticket: on Head (ALLOC_STORE) or Tail (FREE, C20)
+        self.fa_heads = {i for i, w in enumerate(self.templates)
+                         if w.name.endswith(("_fa_head", "_fa_tail"))}
+        #: a FREE's unbinds (decision C20), by position
+        self.unbinds = {i for i, w in enumerate(self.templates)
+                        if w.name.startswith("fr_unbind_")}
         #: the table-entry Read every variant's tests use (its sample time is a LOAD's
         #: linearisation point) and the STOREs' table-entry Writes, by position
         #: (the LOAD's own Read instead where it has one: decision C15)
@@ -461,6 +474,9 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
             elif (c.wr_id & 0x3FFF in self.completion_sends and c.opcode is WcOpcode.SEND
                   and c.status is WcStatus.SUCCESS):
                 cr.sent = (self.completion_sends[c.wr_id & 0x3FFF], c.time)
+            elif (c.wr_id & 0x3FFF in self.unbinds and c.opcode is WcOpcode.MASKED_FETCH_ADD
+                  and c.status is WcStatus.SUCCESS):  # it ran (not skipped by its test):
+                cr.unbound_time = c.time if c.sampled is None else c.sampled  # entry written
             elif c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ:
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
@@ -513,8 +529,13 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
         read = cr.data_read_time
         if read is not None and self.failed_at is not None and read >= self.failed_at:
             read = None
+        unbound = cr.unbound_time
+        if unbound is None and self.failed_at is not None and "fr_old" in cr.bufs and \
+                self.nic.host.memory.read(cr.bufs["fr_old"], 8) != b"\xff" * 8:
+            unbound = self.failed_at  # it ran; its CQE was lost with the connection
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
-                        self._effect_time(cr), read)
+                        self._effect_time(cr), read, unbound,
+                        cr.ticket_time if taken else None)
 
     def arrived(self) -> tuple[int, bytes] | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)
@@ -541,6 +562,8 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
         allocation at its FetchAdd on Head, a LOAD when its table-entry Read sampled the
         entry (a FREE after that instant does not change what it delivers), a STORE at
         its table-entry Write, otherwise the chain's last completion."""
+        if cr.unbound_time is not None:  # a FREE: at its unbind (C20)
+            return cr.unbound_time
         if cr.ticket_taken:
             return cr.ticket_time
         op = VARIANTS[cr.served].op if cr.served in VARIANTS else None

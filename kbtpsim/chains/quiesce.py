@@ -17,7 +17,10 @@ FREE latency pays, and only while another connection has a request in its chain.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
+
+import simpy
 
 from kbtpsim.system.server import SoftwareTargetServer
 from kbtpsim.target import Effect
@@ -38,8 +41,19 @@ class FreeQuiescence:
 
     _chain_conns: dict[int, _ChainConn]
     target: Any
+    cpu: Any
+    env: simpy.Environment
+    log: list[Any]
+
+    if TYPE_CHECKING:
+        def _kick(self) -> None: ...
+        def carry_out(self, effects: Any, account: str) -> Generator[simpy.Event, Any, Any]: ...
 
     def _init_quiescence(self) -> None:
+        #: tail_via_nic (C20): blocks whose grace has passed, waiting for the CPU to take
+        #: their Tail ticket through the NIC (:meth:`_return_blocks`)
+        self._returning: list[int] = []
+        self._tail_tickets: Any = None
         #: block -> {connection: credits it must have finished}
         self._grace: dict[int, dict[int, int]] = {}
         #: frees whose block waited for another connection's chain, and the total wait
@@ -86,7 +100,7 @@ class FreeQuiescence:
         (``Target.quiesced``, logged); new parked blocks get their marks first."""
         out: list[Effect] = []
         for block in self.target.quiescing:
-            if block not in self._grace:
+            if block not in self._grace and block not in self._returning:
                 self._grace[block] = self._grace_marks()
                 self._parked_at[block] = now
         for block in list(self._grace):
@@ -95,7 +109,47 @@ class FreeQuiescence:
                     self.quiesce_waits += 1
                     self.quiesce_wait_ps += now - self._parked_at[block]
                 del self._parked_at[block]
+                if self._tail_tickets is not None:  # its Tail ticket through the NIC
+                    self._returning.append(block)
+                    if not self._return_wake.triggered:
+                        self._return_wake.succeed()
+                    continue
                 out += SoftwareTargetServer._call(self, ("quiesced", block), now)  # type: ignore[arg-type]
+        return out
+
+    def _start_returns(self, taker: Any) -> None:
+        """``tail_via_nic`` (C20): the CPU takes its Tail tickets with ``taker``
+        (:class:`~kbtpsim.chains.cpu_ticket.NicTicketTaker` on Tail), in a process of
+        its own that wakes when a block's grace has passed."""
+        self._tail_tickets = taker
+        self._return_wake = self.env.event()
+        self.env.process(self._returner())
+
+    def _returner(self) -> Generator[simpy.Event, Any, None]:
+        while True:
+            yield self._return_wake
+            self._return_wake = self.env.event()
+            while self._returning:
+                with self.cpu.request() as core:
+                    yield core
+                    effects = yield from self._return_blocks()
+                    yield from self.carry_out(effects, "FREE")
+
+    def _return_blocks(self) -> Generator[simpy.Event, Any, list[Effect]]:
+        """Process helper (on a held core; ``tail_via_nic``, decision C20): return the
+        blocks whose grace has passed, each with a Tail ticket the CPU takes through its
+        NIC (the NIC's atomic unit orders it against the FREE chains' FetchAdds on Tail),
+        charged to ``FREE``. Returns the effects (completions of the frees)."""
+        out: list[Effect] = []
+        while self._returning:
+            block = self._returning.pop(0)
+            ticket, at = yield from self._tail_tickets.take(self.cpu, "FREE")
+            now = int(self.env.now)
+            # for replay(): the return took effect at the ticket's FetchAdd
+            self.log.append(("quiesced", block, at))
+            out += self.target.quiesced(block, now, ticket, at)
+            out += self._quiesce(now)
+        self._kick()
         return out
 
 

@@ -47,6 +47,8 @@ class ChainRecovery(_Base):
         def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen: ...
         def _log_allocation(self, cc: _ChainConn, request: bytes, ticket: int,
                             at: int) -> None: ...
+        def _freed_block(self, cc: _ChainConn, request: bytes) -> int: ...
+        def _finish_free(self, cc: _ChainConn, f: Finished, now: int) -> list[Any]: ...
 
     def after_close(self, conn: ServerConnection) -> None:
         """The connection failed or was torn down (its QP is in the error state): its CPU
@@ -120,6 +122,9 @@ class ChainRecovery(_Base):
         from kbtpsim.chains.server import CHAIN  # (imports this module)
 
         yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
+        if f.unbound is not None:  # a FREE the chain unbound (decision C20)
+            yield from self._salvage_free(cc, f)
+            return
         if entry_img[:8] != b"\xff" * 8 and isinstance(msg, Store | AllocStore):
             entry_addr = self.layout.entry_addr(msg.handle)
             if mem.read(entry_addr, 16) != entry_img:
@@ -149,6 +154,36 @@ class ChainRecovery(_Base):
             self._tally("Read-source store")
         else:
             self._tally("forgotten")
+
+    def _salvage_free(self, cc: _ChainConn, f: Finished) -> Gen:
+        """A FREE whose chain unbound the entry before the failure (decision C20): it
+        took effect there (other connections may have seen the entry unbound), so the
+        CPU finishes it, as a hand-over: its block waits for the readers (no Tail ticket),
+        or returns with the chain's ticket; if the chain wrote that ticket's slot already
+        (Block Offset, then Sequence), only the bookkeeping is left (its COMPLETION, if
+        sent, was lost with the connection)."""
+        assert self.layout is not None and f.unbound is not None
+        now = int(self.env.now)
+        self._salvaged("FREE", "free")
+        block = self._freed_block(cc, f.request)
+        if f.ticket is None:
+            effects = self._finish_free(cc, f, now)
+        else:
+            ring = self.target.shared_ring
+            slot = self.nic.host.memory.read(
+                self.layout.rings[0].slot_addr(ring.slot_offset_of(f.ticket)), 16)
+            order = "little" if self.config.addr_le else "big"
+            if int.from_bytes(slot[:4], "big") == f.ticket & 0xFFFFFFFF and \
+                    int.from_bytes(slot[8:], order) == block:  # the chain returned it
+                assert cc.conn is not None and f.ticket_time is not None
+                cc.conn.received.append(f.request)
+                self.log.append(("handle", cc.conn_id, f.request, f.unbound))
+                self.log.append(("quiesced", block, f.ticket_time))
+                effects = self.target.note_chain_free(cc.conn_id, f.request, f.ticket, now)
+                self._kick()
+            else:
+                effects = self._finish_free(cc, f, now)
+        yield from self.carry_out(effects, "FREE")
 
     def _data_already_read(self, f: Finished, effects: list[Effect],
                            now: int) -> list[Effect]:

@@ -54,11 +54,15 @@ class ScratchBuffers:
             # all ones in the entry word and the FetchAdd result: nothing read yet (a
             # Ticket never reads all ones with its Slot Offset); tests of an entry never
             # read fail, and a failed connection's salvage tells what ran (decision O5)
-            fill = b"\xff" * size if name in ("w", "fa") else bytes(size)
+            fill = b"\xff" * size if name in ("w", "fa", "fr_old", "fr_cnt") else bytes(size)
             if name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags A,
                 # B, the byte count's octet (chains/load_direct.py)
                 fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x03" \
                     + bytes(1) + b"\xff" * (size - 13)
+            elif name == "arm_free":  # C20: octet 5, the Generation test, holds unless
+                fill = bytes(5) + GO + bytes(size - 6)  # its marker clears it (free.py)
+            elif name == "arm2_free":  # C20: octets 1..4, the reader count's low half,
+                fill = bytes(1) + b"\xff" * 4 + bytes(size - 5)  # until the Read places it
             elif name.startswith("arm2_") and f"m_{name[5:]}_genwrap" in self._position:
                 # chains v2's ALLOC_STORE: octet 3, the Generation test, holds unless its
                 # marker clears it (chains/variants.py)

@@ -41,7 +41,7 @@ import simpy
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.cpu_ticket import NicTicketTaker
 from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
-from kbtpsim.chains.layout import ChainLayout, RingKeys, register_ring
+from kbtpsim.chains.layout import ChainLayout, RingKeys, register_readers, register_ring
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
 from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
 from kbtpsim.chains.quiesce import FreeQuiescence
@@ -63,6 +63,27 @@ Gen = Generator[simpy.Event, Any, Any]
 KEPT_ON_CPU = "kept on the target CPU by the configuration (target.operations)"
 DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs take tickets "
                      "from its own ring (decision S1), the chains' ring is the shared one")
+FREE_ON_CPU = ("FREE runs on the target CPU unless target.operations.free is offload "
+               "(decision C20: the LOADs then count their readers)")
+
+
+def free_on_nic_blockers(chains: str, profile: NicProfile, config: TargetConfig) -> list[str]:
+    """Why this target cannot serve FREE on its NIC (decision C20), or nothing."""
+    why = []
+    if chains != "v2":
+        why.append("it needs chains v2 (target.chains: v2)")
+    if not profile.native_conditional:
+        why.append(f"NIC profile {profile.name!r} has no native conditional WRs")
+    if not profile.strided_keys:
+        why.append(f"NIC profile {profile.name!r} has no strided keys (reader counts)")
+    domains = {i.trust_domain for i in config.initiators
+               if not i.features & Feature.DIRECT_ALLOC}
+    if len(domains) > 1:
+        why.append("the shared ring serves several trust domains: a freed block must be "
+                   "cleared first, which the FREE chain does not do")
+    return why
+
+
 UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serves it all"
 
 
@@ -146,9 +167,18 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
-                 chain_recyclers: int = 2,
+                 chain_recyclers: int = 2, free_on_nic: bool = False,
                  **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
+        #: FREE on the NIC (decision C20): the FREE chain, the LOADs' reader counts, and
+        #: every Tail ticket through the NIC (the CPU's too: ``tail_via_nic``)
+        self.free_on_nic = free_on_nic
+        if free_on_nic:
+            why = free_on_nic_blockers(chains, prof, config)
+            if why:
+                raise ValueError("FREE on the NIC (target.operations.free: offload): "
+                                 + "; ".join(why))
+            config = replace(config, tail_via_nic=True, free_quiesce=True)
         # chains v2's LOADs do not re-read the entry: a freed block goes back to the ring
         # only once no chain may still read it (decision C13). ``quiesce_frees=False``
         # with v2 is a deliberate bug (the mutant v2-no-quiesce)
@@ -219,6 +249,13 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
         assert self.layout is not None
         self.chain_layout = ChainLayout.of(self.layout, self.config)
         self._table_key, self._pool_key = self.chain_layout.register(self.nic)
+        #: the LOADs' reader counts in NIC device memory (C20), None without a NIC FREE
+        self._readers_key = register_readers(self.nic, self.chain_layout) \
+            if free_on_nic else None
+        if free_on_nic:  # the FREE chains take Tail tickets: so does the CPU, via its NIC
+            self._ring_keys = register_ring(self.nic, self.layout.rings[0])
+            self._start_returns(NicTicketTaker(self.nic, self._ring_keys,
+                                               self.layout.rings[0].n_slots, "tail"))
 
     # ================================================================ construction
     def _make_target(self, direct: bool, base_addr: int) -> Target:
@@ -235,6 +272,8 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
         if initiator not in self._plans:
             ini = next((i for i in self.config.initiators if i.name == initiator), None)
             wanted = VARIANTS if self.variants is None else self.variants
+            if not self.free_on_nic:
+                wanted = tuple(v for v in wanted if v != "free")
             if ini is None:
                 wanted = ()
             elif ini.features & Feature.DIRECT_ALLOC:
@@ -242,12 +281,14 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
             plan = plan_connection(
                 self.nic.profile, self.config, self.chain_layout,
                 initiator if ini is not None else self.config.initiators[0].name,
-                tuple(wanted), seqlock=self.seqlock)
+                tuple(wanted), seqlock=self.seqlock, readers=self.free_on_nic)
             for v in VARIANTS:  # nothing left out silently: say why
                 if v in wanted or v in plan.software:
                     continue
                 if ini is None:
                     plan.software[v] = [UNKNOWN_INITIATOR]
+                elif v == "free" and not self.free_on_nic:
+                    plan.software[v] = [FREE_ON_CPU]
                 elif self.variants is not None and v not in self.variants:
                     plan.software[v] = [KEPT_ON_CPU]
                 else:
@@ -260,11 +301,13 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
                name: str = "") -> ServerConnection:
         plan = self.plan_for(name)
         ring = None
-        if any(v.startswith("alloc") for v in plan.offloaded):
+        if any(v.startswith("alloc") or v == "free" for v in plan.offloaded):
             if self._ring_keys is None:
                 assert self.layout is not None
                 self._ring_keys = register_ring(self.nic, self.layout.rings[0])
+            if self._tickets is None and any(v.startswith("alloc") for v in plan.offloaded):
                 # from now on the NIC takes Tickets on Head: so does the CPU (cpu_ticket)
+                assert self.layout is not None
                 self._tickets = NicTicketTaker(self.nic, self._ring_keys,
                                                self.layout.rings[0].n_slots)
             ring = self._ring_keys
@@ -280,6 +323,8 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
             extra["advance_hook"] = self.advance_hook
         if cls is not ChainServer and self.chains_version == "v2":
             extra["recyclers"] = self.chain_recyclers
+        if self._readers_key is not None:
+            extra["readers"] = self._readers_key
         chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
                      self._pool_key, True, ring, cpu_slots=self.cpu_slots, **extra)
         connect(chains.conn, peer, link)

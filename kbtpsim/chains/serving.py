@@ -47,6 +47,7 @@ class CreditServing:
         def _kick(self) -> None: ...
         def carry_out(self, effects: Any, account: str) -> Gen: ...
         def on_request(self, conn: Any, data: bytes, now: int) -> list[Any]: ...
+        def _quiesce(self, now: int) -> list[Any]: ...
 
     def _serve_nic(self, cc: _ChainConn, f: Finished) -> Gen:
         """The NIC served ``f``: note it (the target sees the NIC's writes in memory)."""
@@ -56,6 +57,17 @@ class CreditServing:
         op = op_name(f.request)
         self._count(op, "nic")
         conn.received.append(f.request)
+        if f.unbound is not None:  # a FREE (C20): unbound, Tail ticket, slot written
+            assert f.ticket is not None and f.ticket_time is not None
+            # for replay(): the FREE at its unbind, its block's return at its Tail ticket
+            self.log.append(("nic", cc.conn_id, f.request, f.unbound))
+            self.log.append(("quiesced", self._freed_block(cc, f.request), f.ticket_time))
+            self.cpu.count(CHAIN)
+            yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
+            effects = self.target.note_chain_free(cc.conn_id, f.request, f.ticket, now)
+            self._kick()
+            yield from self.carry_out(effects, CHAIN)
+            return
         # for replay(): the request took effect when the NIC ran it (the reference sorts
         # the log by time); its store data, if any, is the initiator's (read_source)
         self.log.append(("nic", cc.conn_id, f.request, now if f.nic_time is None
@@ -83,7 +95,9 @@ class CreditServing:
         cpu.count(op)
         yield from cpu.spend(op, cpu.poll_ps + cpu.costs.op_ps(op))
         now = int(self.env.now)
-        if f.ticket is not None:  # the chain took a ticket, its slot was not ready
+        if f.unbound is not None:  # a FREE the chain unbound, then handed over (C20)
+            effects = self._finish_free(cc, f, now)
+        elif f.ticket is not None:  # the chain took a ticket, its slot was not ready
             # the reference takes the ticket when the chain's FetchAdd took it
             self._log_allocation(cc, f.request, f.ticket,
                                  now if f.nic_time is None else f.nic_time)
@@ -96,6 +110,29 @@ class CreditServing:
             effects = self.on_request(conn, f.request, now)
         yield from self.carry_out(effects, op)
         cc.held.append(f.credit)
+
+    def _freed_block(self, cc: _ChainConn, request: bytes) -> int:
+        """The Block Offset of the entry a FREE chain unbound (it keeps it)."""
+        tconn = self.target.connections[cc.conn_id]
+        handle = int.from_bytes(request[12:20], "little" if tconn.addr_le else "big")
+        return int(self.target.table.get(handle).block_offset)
+
+    def _finish_free(self, cc: _ChainConn, f: Finished, now: int) -> list[Any]:
+        """A FREE the chain unbound and handed over (decision C20): readers were still
+        counted (no ticket: the block waits for quiescence and a Tail ticket the CPU takes
+        through the NIC), or its Tail ticket's slot was not consumed (the write waits for
+        the allocation that owns it). For replay(): it took effect at its unbind, its
+        block's return (if its ticket was taken) at the ticket."""
+        assert cc.conn is not None and f.unbound is not None
+        cc.conn.received.append(f.request)
+        self.log.append(("handle", cc.conn_id, f.request, f.unbound))
+        if f.ticket is not None:
+            assert f.ticket_time is not None
+            self.log.append(("quiesced", self._freed_block(cc, f.request), f.ticket_time))
+        effects = self.target.finish_free(cc.conn_id, f.request, f.ticket, now)
+        effects = effects + self._quiesce(now)
+        self._kick()
+        return list(effects)
 
     def _alloc_through_nic(self, cc: _ChainConn, request: bytes) -> Gen:
         """A CPU-served ALLOC_STORE while chains also take Tickets on the shared Head:

@@ -5,6 +5,7 @@ top of the builder's helpers (``add``, ``marker``, ``patch``, ``armed``)."""
 from __future__ import annotations
 
 from kbtpsim.chains.alloc import AllocSteps
+from kbtpsim.chains.free import FreeSteps
 from kbtpsim.chains.ir import (
     Addr,
     CondSpec,
@@ -32,7 +33,7 @@ from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
-class VariantSteps(DirectLoadSteps, AllocSteps):
+class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
     """Mixed into the chain builder (:mod:`kbtpsim.chains.compiler`), which provides the
     chain, the geometry, the byte orders and the helpers used here."""
 
@@ -53,8 +54,9 @@ class VariantSteps(DirectLoadSteps, AllocSteps):
                       "handle in the " + ("readable" if v.op == "LOAD" else "own") + " range"))
         len_c, len_m = window8(geo.block_size.to_bytes(4, "little" if ro == "little" else "big"),
                                b"\xff" * 4)
-        tests.append(("len", "buf:dd+12", ("recv",), len_c, len_m,
-                      "Data Descriptor Length = Block Size"))
+        if v.op != "FREE":  # a FREE has no Data Descriptor (its byte count says so)
+            tests.append(("len", "buf:dd+12", ("recv",), len_c, len_m,
+                          "Data Descriptor Length = Block Size"))
         if v.inline:
             tests.append(("zdd", "buf:dd", ("recv",), bytes(8), b"\xff" * 8,
                           "INLINE: STag 0, Tagged Offset[0:4] 0"))

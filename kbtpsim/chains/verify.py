@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from kbtpsim.chains.ir import Addr, Chain, CondSpec, EdgeKind, Placed, Role, WrTemplate
+from kbtpsim.chains.ir import Addr, Chain, CondSpec, Const, EdgeKind, Placed, Role, WrTemplate
+from kbtpsim.chains.lowering import M64
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode, _segments
 
@@ -216,6 +217,8 @@ def _check_caps(chain: Chain, wr: WrTemplate, profile: NicProfile,
                 f"holds compared data), which profile {profile.name}'s firmware checks "
                 "against the posting index ('wqe_checks'; RedN disables these checks: "
                 "conf/disable_wqe_checks.sh)"))
+    if wr.remote_kind == "readers" and not profile.strided_keys:
+        need(False, "rkey", "the reader counts' strided key (decision C20)", "strided_keys")
     if wr.remote_kind == "strided_table" and not profile.strided_keys:
         _check_table_key(wr, profile, out)
     if wr.role in (Role.WORKER, Role.MASTER, Role.GATE):
@@ -362,7 +365,58 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
                                  out)
     _check_placement(chain, profile, out)
     _check_guarded(chain, out)
+    _check_readers(chain, out)
     return out
+
+
+def _key_ref(wr: WrTemplate) -> str:
+    rkey = wr.fields.get("rkey")
+    return rkey.ref if isinstance(rkey, Addr) else ""
+
+
+def _const(wr: WrTemplate, field: str) -> int | None:
+    src = wr.fields.get(field)
+    return src.value if isinstance(src, Const) and isinstance(src.value, int) else None
+
+
+def _check_readers(chain: Chain, out: list[Violation]) -> None:
+    """Rule ``readers`` (decision C20): a FREE on the NIC returns a block only if no LOAD
+    can still read it, a Dekker pair on the NIC's atomic unit. So, where the chain serves
+    FREE: the LOAD raises its handle's reader count by 1 with a FetchAdd on the same QP
+    as its entry Read and before it, lowers it by 1 after its data Write, under the same
+    condition; and the FREE reads the count on its unbind's QP, in a later step."""
+    wrs = list(chain.wrs())
+    pos = {w.name: i for i, w in enumerate(wrs)}
+    if not any(w.part == "free" for w in wrs):
+        return
+    counts = [w for w in wrs if _key_ref(w) == "key:readers"]
+    for read in (w for w in wrs if w.part == "load" and w.opcode is Opcode.RDMA_READ
+                 and w.remote_kind == "strided_table"):
+        up = [w for w in counts if w.part == "load" and w.opcode is Opcode.FETCH_ADD
+              and _const(w, "swap_add") == 1 and w.lane == read.lane
+              and (w.step, pos[w.name]) < (read.step, pos[read.name])]
+        if not up:
+            out.append(Violation(read.name, "readers", "readers",
+                                 "the chain serves FREE, but this LOAD's entry Read has no "
+                                 "FetchAdd + 1 on the handle's reader count before it on "
+                                 "its QP: a FREE could return the block it reads"))
+            continue
+        data = [w.step for w in wrs if w.part == "load" and w.role is Role.CONN]
+        down = [w for w in counts if w.part == "load" and w.opcode is Opcode.FETCH_ADD
+                and _const(w, "swap_add") == M64 and w.step > max(data, default=0)
+                and w.cond == up[0].cond]
+        if not down:
+            out.append(Violation(up[0].name, "readers", "readers",
+                                 "the LOAD raises its reader count but no FetchAdd - 1 "
+                                 "under the same condition follows its data Write"))
+    unbinds = [w for w in wrs if w.part == "free" and w.remote_kind == "strided_table"
+               and w.opcode is Opcode.MASKED_FETCH_ADD]
+    for rd in (w for w in counts if w.part == "free" and w.opcode is Opcode.RDMA_READ):
+        if not unbinds or any(u.lane != rd.lane or u.step >= rd.step for u in unbinds):
+            out.append(Violation(rd.name, "readers", "readers",
+                                 "the FREE reads the reader count, but not on its unbind's "
+                                 "QP in a later step: a LOAD could read the entry before "
+                                 "the unbind and raise the count after this Read"))
 
 
 def _request_derived(chain: Chain, name: str) -> bool:
@@ -405,6 +459,15 @@ def _tested_marker(chain: Chain, p: WrTemplate, test: CondSpec) -> bool:
     return r.ref == loc and 0 <= at < 8 and test.mask[at] == 0xFF
 
 
+def _on_second_arm(p: WrTemplate) -> bool:
+    """``p`` is conditional on octet 0 of a second arm word (``arm2_V``), the fold of
+    the variant's first arm word (ALLOC_STORE, FREE): as an effect conditional on such a
+    word is (decision C20: the FREE's slot writes, Send and commit test the slot's Block
+    Offset that a Read conditional on it placed)."""
+    return (p.cond is not None and p.cond.word.loc.startswith("buf:arm2_")
+            and p.cond.mask[0] == 0xFF)
+
+
 def _check_guarded(chain: Chain, out: list[Violation]) -> None:
     """Rule ``guarded``: an effect of a variant (a connection-QP WR, its commit or
     release) conditional on a data word rather than on an arm word (decision C15: the
@@ -417,7 +480,8 @@ def _check_guarded(chain: Chain, out: list[Violation]) -> None:
         if not effect or w.cond is None or w.cond.word.loc.startswith(("buf:arm", "wqe:")):
             continue
         producers = [chain.wr(p) for p in w.cond.word.producers if p in chain]
-        bad = [p.name for p in producers if not _tested_marker(chain, p, w.cond) and (
+        bad = [p.name for p in producers if not _tested_marker(chain, p, w.cond)
+               and not _on_second_arm(p) and (
                p.cond is None or p.cond.word.loc not in arms
                or any(p.cond.mask[i] != 0xFF for i in arms[p.cond.word.loc]))]
         if bad or not producers:

@@ -18,6 +18,7 @@ ALLOW_UNSEALED = 0x0010  #: RequestFlag.ALLOW_UNSEALED
 CONSTS = {"k_hdr": bytes([1, 0x20, 0, 0]), "k_zero": bytes(8), "k_valid": b"\x00\x01",
           "k_ones": b"\xff" * 8}
 REQ_LEN = 40  #: header (24) + Data Descriptor (16)
+FREE_LEN = 24  #: a FREE without RECORD: the header alone (FORMATS.md)
 #: Octet of the entry Read's arm word the CPU presets to 01 only while the connection's
 #: session is established (after HELLO, before GOODBYE): without the entry Read every
 #: entry marker fails (``w`` is preset to all ones), so no variant can arm.
@@ -54,14 +55,17 @@ class Geometry:
     #: a LOAD re-reads the entry after the data (decision O3); False where the target
     #: returns a freed block only once no chain can still read it (chains v2, C13)
     seqlock: bool = True
+    #: LOADs count themselves readers of their handle (a FetchAdd before the entry Read,
+    #: one after the data Write), so that a FREE can run on the NIC (decision C20)
+    readers: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One fast path of the per-credit chain."""
 
-    name: str  #: "load", "store_inline", "store_read", "alloc_inline", "alloc_read"
-    op: str  #: "LOAD", "STORE", "ALLOC_STORE"
+    name: str  #: "load", "store_inline", "store_read", "alloc_inline", "alloc_read", "free"
+    op: str  #: "LOAD", "STORE", "ALLOC_STORE", "FREE"
     opcode: int
     flags: int  #: flags the fast path accepts ...
     flags_free: int  #: ... with these bits free to vary
@@ -82,6 +86,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("alloc_read", "ALLOC_STORE", 0x12, 0x0000, 0x000A, False,
             "ALLOC_STORE, RDMA Read source, flags 0 [| SEAL] [| INVALIDATE], of a full "
             "block"),
+    Variant("free", "FREE", 0x13, 0x0000, 0x0000, False,
+            "FREE, flags 0, of a bound handle (chains v2 with native conditions and the "
+            "LOADs' reader counts: decision C20)"),
 )}
 #: Operation name (CLI) -> variants.
 OPERATIONS: dict[str, tuple[str, ...]] = {
@@ -92,12 +99,15 @@ OPERATIONS: dict[str, tuple[str, ...]] = {
     "ALLOC_STORE": ("alloc_inline", "alloc_read"),
     "ALLOC_STORE-INLINE": ("alloc_inline",),
     "ALLOC_STORE-READ": ("alloc_read",),
+    "FREE": ("free",),
 }
 
 
 def msg_length(v: Variant, geo: Geometry) -> int:
     """The octet count of a request the variant serves: header and Data Descriptor, plus
-    Block Size octets of inline data for INLINE variants."""
+    Block Size octets of inline data for INLINE variants; the header alone for FREE."""
+    if v.op == "FREE":
+        return FREE_LEN
     return REQ_LEN + (geo.block_size if v.inline else 0)
 
 

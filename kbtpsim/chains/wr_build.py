@@ -49,7 +49,8 @@ class _Credit:
     recv_len: int | None = None
     alloc_armed: bool = False  #: the CPU allowed an ALLOC_STORE in this credit (quota)
     ticket_taken: bool = False
-    ticket_time: int | None = None  #: CQE time of the FetchAdd on Head
+    ticket_time: int | None = None  #: CQE time of the FetchAdd on Head (Tail: a FREE)
+    unbound_time: int | None = None  #: CQE time of a FREE's unbind (decision C20)
     last_time: int | None = None  #: latest CQE time of the credit's chain
     early: bool = False  #: the CPU took the request before its chain ended (take_early)
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry
@@ -75,6 +76,8 @@ class WrResolution:
     pool_key: MemoryRegion
     table_key: MemoryRegion | None
     ring: RingKeys | None
+    #: the LOADs' reader counts (decision C20), None without a NIC FREE
+    readers_key: MemoryRegion | None
     recv_cq: CompletionQueue
     chain_cq: CompletionQueue
     gate_cq: CompletionQueue
@@ -127,12 +130,25 @@ class WrResolution:
             return self.table_key.rkey
         if ref == "key:pool":
             return self.pool_key.lkey
+        if ref == "key:readers":
+            if self.readers_key is None:
+                raise ValueError(f"{w.name}: the chain uses the reader counts, whose key "
+                                 "is missing")
+            return self.readers_key.rkey
         if ref in ("key:ring", "key:ring_head", "ring:head", "region:ring"):
             if self.ring is None:
                 raise ValueError(f"{w.name}: the chain uses the ring, whose keys are missing")
             return {"key:ring": self.ring.slots.rkey, "key:ring_head": self.ring.head.rkey,
                     "ring:head": self.ring.head_to,
                     "region:ring": self.ring.slots.base_to}[ref]
+        if ref in ("key:ring_tail", "ring:tail", "key:ring_bo", "region:ring_bo"):
+            ring = self.ring
+            if ring is None or ring.tail is None or ring.slots_bo is None:
+                raise ValueError(f"{w.name}: the chain uses the ring's Tail, whose keys "
+                                 "are missing")
+            return {"key:ring_tail": ring.tail.rkey, "ring:tail": ring.tail_to,
+                    "key:ring_bo": ring.slots_bo.rkey,
+                    "region:ring_bo": ring.slots_bo.base_to}[ref]
         if ref.startswith("qp:"):
             return self._queue(ref[3:], cr.number).qpn
         if ref.startswith("wr:"):

@@ -348,6 +348,7 @@ class RxSide(RecvQueue):
             def landed() -> None:
                 if nic.atomic_pending.get(addr, (0, None))[1] is token:
                     del nic.atomic_pending[addr]
+                resp.sampled = env.now  # the new value is visible (the CQE's ``sampled``)
 
             self._place(addr, new.to_bytes(8, order), then=landed)  # type: ignore[arg-type]
 
@@ -373,7 +374,11 @@ class RxSide(RecvQueue):
         ctx = self.inflight.pop(pkt.seq, None)
         if ctx is None:
             return
-        self._place(ctx.pieces[0][0], pkt.payload or bytes(8), then=lambda: _succeed(ctx))
+        def done() -> None:  # the atomic's own write landed before (posted writes in order)
+            ctx.sampled = pkt.sampled
+            _succeed(ctx)
+
+        self._place(ctx.pieces[0][0], pkt.payload or bytes(8), then=done)
 
 
 

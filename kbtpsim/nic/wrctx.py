@@ -34,5 +34,6 @@ class WrContext:
         self.done = env.event()
         self.byte_len = 0
         self.pieces: list[tuple[int, int]] = []
-        #: RDMA Read: when the responder's DMA read the first octets (ps; Cqe.sampled)
+        #: RDMA Read: when the responder's DMA read the first octets; an atomic: when its
+        #: result's write landed at the responder (ps; Cqe.sampled)
         self.sampled: int | None = None

@@ -80,10 +80,10 @@ def resolve_profile(name: str) -> NicProfile:
 
 
 def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a",
-             seqlock: bool = True) -> Any:
+             seqlock: bool = True, readers: bool = False) -> Any:
     """The :class:`~kbtpsim.chains.plan.ConnectionPlan` a campaign's ``initiator`` gets on
     ``profile`` (ADDR_LE: the server's default for the profile if None; ``seqlock``
-    False: as chains v2 plan it, decision C13)."""
+    False: as chains v2 plan it, decision C13; ``readers``: with FREE on the NIC, C20)."""
     from kbtpsim.chains.layout import ChainLayout
     from kbtpsim.chains.plan import plan_connection
     from kbtpsim.target.layout import TargetLayout
@@ -95,7 +95,7 @@ def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a",
                                                         trust_domain=d)
                                         for i, (n, b, d, q) in enumerate(INITIATORS)))
     lay = ChainLayout.of(TargetLayout.plan(cfg, 1 << 40), cfg)
-    return plan_connection(prof, cfg, lay, initiator, seqlock=seqlock)
+    return plan_connection(prof, cfg, lay, initiator, seqlock=seqlock, readers=readers)
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,9 @@ class Spec:
     mutant: str | None = None
     reference: str = "target"  #: the shadow: "target" (Target) or "model" (kbtpsim.refmodel)
     chains: str = "v1"  #: the offloaded target's chains (target.chains)
+    #: FREE on the NIC (target.operations.free: offload, decision C20; chains v2, one
+    #: trust domain on the shared ring: every initiator's domain becomes "default")
+    free_on_nic: bool = False
 
     def byte_order(self, prof: NicProfile) -> bool:
         return prof.wqe_field_byte_order == "little" if self.addr_le is None else self.addr_le
@@ -130,6 +133,8 @@ class Spec:
             parts.append(f"--reference {self.reference}")
         if self.chains != "v1":
             parts.append(f"--chains {self.chains}")
+        if self.free_on_nic:
+            parts.append("--free-on-nic")
         return " ".join(parts)
 
 
@@ -457,6 +462,8 @@ class _Run:
         blocks = pool.blocks + (ROGUE[3] if spec.faults.rogue else 0)
         cfgs = []
         for name, base, domain, quota in inits:
+            if spec.free_on_nic:  # the FREE chain does not clear blocks (C20)
+                domain = "default"
             feats = Feature.DIRECT_ALLOC if name == ROGUE[0] else Feature(0)
             cfgs.append(InitiatorConfig(name, ObservedInitiator.random_id(spec.seed, name),
                                         quota, base, HANDLES, feats, domain))
@@ -467,7 +474,8 @@ class _Run:
                               initiators=tuple(cfgs), addr_le=self.addr_le)
         self.config = config
         self.server = ObservedServer(self.sim, config, profile=prof, addr_le=self.addr_le,
-                                     chain_transform=transform, chains=spec.chains)
+                                     chain_transform=transform, chains=spec.chains,
+                                     free_on_nic=spec.free_on_nic)
         self.fault_counts: dict[str, int] = {}
         self.per_conn = install(self.server, spec.faults, spec.seed, self.fault_counts)
         self.shadow = Shadow(self.server.config, reference=spec.reference)

@@ -119,6 +119,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             + (f"; faults {','.join(faults.names)}" if faults.names else "")
             + (f"; mutant {args.mutant}" if args.mutant else "")
             + (f"; reference {args.reference}" if args.reference != "target" else "")
+            + ("; FREE on the NIC" if args.free_on_nic else "")
             + (f"; chains {args.chains}" + (f" (not on {', '.join(skipped)}: they cannot "
                                              "re-arm chains)" if skipped else "")
                if args.chains == "v2" else "")
@@ -135,7 +136,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         spec = Spec(seed=seed, profile=profile, addr_le=addr_le, ops=args.ops,
                     mix=mix, phases=args.phases, faults=faults,
                     mutant=args.mutant, reference=args.reference,
-                    chains=design[profile])
+                    chains=design[profile], free_on_nic=args.free_on_nic)
         if args.stop and diverged:
             cases.append((spec, None))
             continue
@@ -261,6 +262,10 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    "target.chains (v2 where the NIC can re-arm chains, else v1; the "
                    "default), v1 (re-posted by the CPU) or v2 (re-armed by the NIC; "
                    "profiles that cannot are left out, and named)")
+    q.add_argument("--free-on-nic", action="store_true",
+                   help="serve FREE on the NIC too (target.operations.free: offload, "
+                   "decision C20): chains v2 on profiles with native conditional WRs and "
+                   "strided keys; every initiator in one trust domain")
     q.add_argument("--stop", action="store_true", help="stop at the first divergence")
     q.add_argument("--junit", metavar="FILE.xml",
                    help="also write a JUnit XML report: one test case per campaign, a "

@@ -196,7 +196,8 @@ def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> lis
 def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
                          delay_ns: float = 100_000.0,
                          observe: dict[str, Any] | None = None, chains: str = "v1",
-                         transform: Any = None) -> list[Divergence]:
+                         transform: Any = None,
+                         free_on_nic: bool = False) -> list[Divergence]:
     """Decision O3 made concrete: a pool of one block. A stores a sealed block at handle
     h1; B's LOAD of h1 runs in its chain, which reads the entry and is then delayed before
     its data Write (fault ``DelayChain``); meanwhile A frees h1 (the block returns to the
@@ -207,10 +208,13 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
     data Write (seqlock, decision O3) it sees the changed Generation and hands the LOAD
     to the CPU. Chains v2 (``chains="v2"``) have no re-read: A's FREE returns the block
     only once B's chain has finished (decision C13), so B gets the old contents, OK, and
-    A's second store waits. ``observe`` gets B's LOAD result (``"load"``) and the server
+    A's second store waits. With ``free_on_nic`` (decision C20) A's FREE runs on the NIC:
+    it unbinds, finds B's LOAD counted as a reader and hands over, and the CPU holds the
+    block back as before. ``observe`` gets B's LOAD result (``"load"``) and the server
     (``"server"``); ``transform``: a mutant (e.g. ``V2Mutation(quiesce=False)``)."""
     faults = Faults(delay=DelayChain("B", "load", "load_write", delay_ns))
-    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains=chains)
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains=chains,
+                free_on_nic=free_on_nic)
     bs = 512
     pool = Pool(initiators=(("A", X_HANDLE, "default", 1), ("B", X_HANDLE + 0x20, "default",
                                                             0)), blocks=1, block_size=bs)

@@ -401,6 +401,7 @@ class Mutant:
     profile: str = "ideal-be"
     faults: Faults = field(default_factory=Faults)
     chains: str = "v1"  #: the chains it runs with (v2 mutants change v2's machinery)
+    free_on_nic: bool = False  #: FREE served by the NIC too (decision C20)
     #: a scripted interleaving that catches it instead of a random campaign: called as
     #: (seed, profile, transform, observe) -> divergences (kbtpsim.oracle.interleaving)
     scenario: Callable[..., list[Any]] | None = None
@@ -408,7 +409,8 @@ class Mutant:
     def spec(self, seed: int, ops: int | None = None, profile: str | None = None) -> Spec:
         return Spec(seed=seed, profile=profile or self.profile,
                     ops=self.ops if ops is None else ops, mix=self.mix, phases=2,
-                    faults=self.faults, mutant=self.name, chains=self.chains)
+                    faults=self.faults, mutant=self.name, chains=self.chains,
+                    free_on_nic=self.free_on_nic)
 
 
 def _unsealed_loads(seed: int, profile: str, transform: Any,
@@ -450,6 +452,29 @@ def _load_during_free(seed: int, profile: str, transform: Any,
     campaigns (24 blocks, a FIFO ring) rarely reuse a freed block that fast."""
     return run_load_during_free(profile, seed, observe=observe, chains="v2",
                                 transform=transform)
+
+
+def _load_during_nic_free(seed: int, profile: str, transform: Any,
+                          observe: dict[str, Any]) -> list[Any]:
+    """:func:`_load_during_free` with A's FREE on the NIC (decision C20): only B's reader
+    count stops the FREE chain from returning the block at once."""
+    return run_load_during_free(profile, seed, observe=observe, chains="v2",
+                                transform=transform, free_on_nic=True)
+
+
+def v2_free_no_readers(chain: Chain) -> None:
+    """The FREE chain does not look at the handle's reader count: its marker holds
+    whatever the count (decision C20's Dekker pair broken on the FREE's side)."""
+    (w,) = _need(_wrs(chain, lambda w: w.name == "fr_fa_tail"), "the FREE's Tail ticket")
+    assert w.cond is not None
+    w.cond = replace(w.cond, mask=b"\xff" + bytes(7))  # the fold only, not the count
+
+
+def v2_load_no_readers(chain: Chain) -> None:
+    """The LOAD does not count itself a reader (its FetchAdd + 1 adds 0): the other side
+    of the Dekker pair (decision C20)."""
+    (w,) = _need(_wrs(chain, lambda w: w.name == "load_readers"), "the LOAD's reader count")
+    w.fields["swap_add"] = Const(0, "+ 0 (mutant)")
 
 
 CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
@@ -522,6 +547,13 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),
+    Mutant("v2-free-no-readers", v2_free_no_readers, "chains v2, FREE on the NIC: the "
+           "FREE does not test the handle's reader count, so it returns the block while "
+           "another connection's LOAD may still read it (decision C20)", chains="v2",
+           free_on_nic=True, scenario=_load_during_nic_free),
+    Mutant("v2-load-no-readers", v2_load_no_readers, "chains v2, FREE on the NIC: the "
+           "LOAD does not count itself a reader of its handle (decision C20)", chains="v2",
+           free_on_nic=True, scenario=_load_during_nic_free),
 )}
 
 
@@ -555,7 +587,8 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
                              plan.modified)
     base = build_chain(prof.wqe_field_byte_order != "big",
                        prof.atomic_byte_order,  # type: ignore[arg-type]
-                       Geometry(seqlock=m.chains != "v2"), lowering=lowering_for(prof))
+                       Geometry(seqlock=m.chains != "v2", readers=m.free_on_nic),
+                       lowering=lowering_for(prof))
     mutated = copy.deepcopy(base)
     m.transform(mutated)
     before = {(v.rule, v.wr, v.field) for v in verify(base, prof)}
@@ -566,7 +599,7 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
 def applicable(m: Mutant, profile: str | None = None) -> bool:
     """Whether ``m`` changes anything in the chains a campaign's initiator gets on
     ``profile`` (default: the mutant's own)."""
-    plan = plan_for(profile or m.profile, seqlock=m.chains != "v2")
+    plan = plan_for(profile or m.profile, seqlock=m.chains != "v2", readers=m.free_on_nic)
     if not plan.offloaded:
         return False
     if isinstance(m.transform, V2Mutation):

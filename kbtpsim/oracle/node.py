@@ -27,7 +27,7 @@ from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.server import OffloadedTargetServer
 from kbtpsim.chains.v2.recycle import CountField, RecyclePlan
 from kbtpsim.nic import Link, Opcode, QueuePair, Simulation
-from kbtpsim.oracle.events import Recorder, TargetTap
+from kbtpsim.oracle.events import TAIL, Recorder, TargetTap
 from kbtpsim.system import Initiator
 from kbtpsim.system.server import ServerConnection
 from kbtpsim.target import TargetConfig
@@ -71,7 +71,10 @@ def key_wrs(templates: list[WrTemplate]) -> dict[str, dict[str, str]]:
         keys: dict[str, str] = {}
         own_read = [w.name for w in mine if w.opcode is Opcode.RDMA_READ
                     and w.remote_kind == "strided_table"]  # chains v2's LOAD (C15)
-        if spec.op == "LOAD" and (own_read or entry_read is not None):
+        if spec.op == "FREE":  # decision C20: the unbind (either), the Tail ticket
+            keys["point"] = ",".join(w.name for w in mine if w.name.startswith("fr_unbind_"))
+            keys.update(ticket="fr_fa_tail")
+        elif spec.op == "LOAD" and (own_read or entry_read is not None):
             keys["point"] = own_read[0] if own_read else entry_read  # type: ignore[assignment]
         elif spec.op == "STORE":
             upd = [w.name for w in mine if w.opcode is Opcode.RDMA_WRITE
@@ -183,6 +186,19 @@ class ObservedServer(OffloadedTargetServer):
         self.credit_info[(conn_id, f.credit)] = info
         keys = self._keys[conn_id]
         rec = self.recorder
+        if f.unbound is not None:  # a FREE the chain unbound (C20), served or handed over
+            k = keys.get("free", {})
+            # at the instant the unbind's write landed (its CQE's ``sampled``)
+            rec.add(f.unbound, "handle", conn=conn_id,
+                    data=f.request, via="nic", variant=f.served or "hand-over",
+                    credit=f.credit)
+            if f.ticket is not None:  # its block's return, at its Tail ticket
+                rec.add(self._finish_time(cs, info, k.get("ticket"), f), "quiesced",
+                        block=self._freed_block(self._chain_conns[conn_id], f.request),
+                        ticket=f.ticket, ring=f"{self.layout.rings[0].name}{TAIL}"
+                        if self.layout else None, via="nic", variant=f.served or "hand-over",
+                        credit=f.credit)
+            return
         if f.served is not None:
             k = keys.get(f.served, {})
             if f.ticket is not None:  # an allocation: ticket, then the slot Read
@@ -205,11 +221,13 @@ class ObservedServer(OffloadedTargetServer):
 
     def _finish_time(self, cs: ChainServer, info: CreditInfo, name: str | None,
                      f: Finished) -> int:
-        if name is not None and name in info.wrs:
-            qpn, idx = info.wrs[name]
-            tl = self.sim.tracer.timeline(cs.nic.name, qpn, idx)  # type: ignore[union-attr]
-            if "finished" in tl:
-                return int(tl["finished"])
+        """When WR ``name`` (or the first of ``a,b`` that ran) finished, else ``f.time``."""
+        for one in (name or "").split(","):
+            if one in info.wrs:
+                qpn, idx = info.wrs[one]
+                tl = self.sim.tracer.timeline(cs.nic.name, qpn, idx)  # type: ignore[union-attr]
+                if "finished" in tl:
+                    return int(tl["finished"])
         return f.time
 
     def timeline(self, conn_id: int, credit: int) -> list[dict[str, Any]]:

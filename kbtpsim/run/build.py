@@ -257,6 +257,7 @@ def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
                                  refill_batch=refill_batch(tgt),
                                  chains=chain_design(tgt),
                                  chain_recyclers=tgt.chain_recyclers,
+                                 free_on_nic=tgt.operations.get("free") == "offload",
                                  repost_ns=None if tgt.cpu.repost_wqe is None
                                  else tgt.cpu.repost_wqe / 1000, **kw)
 

@@ -111,7 +111,7 @@ def summary_table(results: dict[str, Any]) -> str:
         if served is not None:  # offload mode: who served what (whole run)
             by_op = ", ".join(f"{op} {c['nic']}/{c['nic'] + c['cpu']}"
                               for op, c in served.items()
-                              if op in ("LOAD", "STORE", "ALLOC_STORE"))
+                              if op in ("LOAD", "STORE", "ALLOC_STORE", "FREE"))
             refill = cpu["per_op"].get("REFILL", {})
             steady = cpu.get("per_nic_served") or {}
             lines.append(f"{who}: NIC served {by_op or 'nothing'} (whole run, warm-up "

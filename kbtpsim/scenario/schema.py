@@ -63,7 +63,10 @@ DEFAULT_MIX: dict[WorkloadOp, float] = {"alloc_store": 1.0, "load": 4.0, "free":
 #: Target-side operations whose placement ``target.operations`` chooses (offload mode).
 TargetOp = Literal["load", "store", "alloc_store", "free", "bind", "hello", "goodbye"]
 #: Target operations the chain compiler can offload (the others always run on the CPU).
-CHAIN_OPS: tuple[str, ...] = ("load", "store", "alloc_store")
+CHAIN_OPS: tuple[str, ...] = ("load", "store", "alloc_store", "free")
+#: Chain operations offloaded only when ``target.operations`` asks for it (FREE: its LOADs
+#: then count their readers, decision C20); the others by default
+OPT_IN_CHAIN_OPS: tuple[str, ...] = ("free",)
 
 #: KV-cache presets: bytes of K and V per token at fp16 (layers x KV heads x head dim x
 #: 2 (K and V) x 2 octets).
@@ -240,7 +243,11 @@ class TargetSpec(Strict):
         "target CPU allocates and copies).")
     operations: dict[TargetOp, Literal["software", "offload"]] = Field(
         default_factory=dict, description="Offload mode: where each operation runs "
-        "(default: offload where the NIC profile allows it).")
+        "(default: offload where the NIC profile allows it; `free` only when set to "
+        "`offload`: FREE on the NIC makes every LOAD count itself a reader of its handle, "
+        "which costs the LOAD a NIC atomic, and needs chains v2 on a profile with native "
+        "conditional WRs and strided keys, and one trust domain on the shared ring; "
+        "docs/chains.md, decision C20).")
     chains: Literal["v1", "v2"] | None = Field(
         None, description="Offload mode: the chain design. `v1`: the CPU re-posts every "
         "finished chain (60 ns a WQE); `v2`: the NIC re-arms each credit's chain in place "

@@ -647,13 +647,14 @@ class Target(ChainHooks, Validation, DirectAccess):
         :meth:`quiesced`, oldest first."""
         return list(self._quiescing)
 
-    def quiesced(self, block_offset: int, now: int, ticket: int | None = None) -> list[Effect]:
+    def quiesced(self, block_offset: int, now: int, ticket: int | None = None,
+                 ticket_time: int | None = None) -> list[Effect]:
         """free_quiesce (decision C13): nothing reads ``block_offset`` under the entry
         its free unbound any more. Return it to its ring (draft, "Block Free" 3: cleared
         first if need be; the slot write deferred while the slot is unconsumed) and
         complete the FREE (4) if its connection is still there. ``ticket``: the Tail
-        ticket the caller took for it through the NIC (``tail_via_nic``, decision C20);
-        None: the target takes one itself."""
+        ticket the caller took for it through the NIC (``tail_via_nic``, decision C20),
+        at ``ticket_time`` (for observers); None: the target takes one itself."""
         pending = self._quiescing.pop(block_offset, None)
         if pending is None:
             raise ValueError(f"block 0x{block_offset:x} does not wait for quiescence")

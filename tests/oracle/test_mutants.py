@@ -46,6 +46,9 @@ KINDS = {
     # chains v2 pipelining: an ALLOC_STORE releases early even when the CPU serves it
     "v2-early-always": {"missing", "completion", "connection", "state", "load-data"},
     "alloc-shared-oldw": {"completion", "state"},
+    # FREE on the NIC (C20): either side of the reader count's Dekker pair broken
+    "v2-free-no-readers": {"load-data"},
+    "v2-load-no-readers": {"load-data"},
 }
 
 

@@ -101,8 +101,8 @@ def test_set_overrides_reach_the_run(tmp_path: Path) -> None:
     ({"initiators": [{"quota": 50}, {"quota": 50}]}, [],
      "initiators[1].quota: quotas sum to at least 100, above target.blocks (F = 64)"),
     ({}, ["target.blocks=lots"], "target.blocks: input should be a valid integer"),
-    ({"target": {"mode": "offload", "operations": {"free": "offload"}}}, [],
-     "target.operations.free: FREE has no chain: it always runs on the target CPU"),
+    ({"target": {"mode": "offload", "operations": {"bind": "offload"}}}, [],
+     "target.operations.bind: BIND has no chain: it always runs on the target CPU"),
     ({"target": {"operations": {"load": "software"}}}, [],
      "target.operations: only meaningful with mode: offload"),
 ])

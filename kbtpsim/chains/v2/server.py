@@ -116,7 +116,8 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
                  alloc_budget: int = 0, cpu_slots: int = 0,
                  recycle_hook: Callable[[RecyclePlan], None] | None = None,
                  advance_hook: AdvanceHook | None = None,
-                 recyclers: int | None = None) -> None:
+                 recyclers: int | None = None,
+                 readers: MemoryRegion | None = None) -> None:
         """``recycle_hook`` and ``advance_hook`` (deliberate bugs, kbtpsim.oracle.mutants)
         change every slot's recycle plan, or its advancers' counts by variant, before
         they are posted; they are then not verified (O4)."""
@@ -135,7 +136,7 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         self._slot_credit: dict[int, int] = {}  #: slot -> its live credit number
         self._booted = False
         super().__init__(nic, chain, layout, credits, table_key, pool_key, device_memory,
-                         ring, alloc_budget, cpu_slots)
+                         ring, alloc_budget, cpu_slots, readers)
         if self.software:
             raise RecycleError("chains v2: the plan offloads nothing on this profile")
         self._setup_recycling()

@@ -1,0 +1,137 @@
+"""FREE on the NIC (decision C20; draft, "Block Free" 1-4, "Free-Block Ring", Free): the
+FREE chain's steps, the LOADs' reader counts (a Dekker pair on the NIC's atomic unit) and
+the verifier rule ``readers``, what the server serves and hands over, and the oracle."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from kbtpsim.chains.compiler import Geometry, build_chain
+from kbtpsim.chains.free import FREE_NEEDS
+from kbtpsim.chains.ir import Const
+from kbtpsim.chains.lowering import M64
+from kbtpsim.chains.plan import decide
+from kbtpsim.chains.verify import verify
+from kbtpsim.nic import Opcode
+from kbtpsim.nic.profiles import get_profile
+from kbtpsim.oracle.campaign import Spec, run_campaign
+from kbtpsim.oracle.interleaving import run_load_during_free
+from kbtpsim.run.runner import run_scenario
+from kbtpsim.scenario.load import load_scenario
+from kbtpsim.scenario.schema import SchemaRuleError
+from kbtpsim.wire import Status
+
+REPO = Path(__file__).resolve().parents[3]
+GEO = Geometry(seqlock=False, readers=True)
+
+
+def _chain(variants: tuple[str, ...] = ("load", "free")):  # type: ignore[no-untyped-def]
+    return build_chain(False, "big", GEO, variants)
+
+
+def test_the_free_chain_unbinds_reads_the_count_then_returns_the_block() -> None:
+    ch = _chain(("free",))
+    unbinds = [ch.wr("fr_unbind_s"), ch.wr("fr_unbind_u")]
+    readers, tail = ch.wr("fr_readers"), ch.wr("fr_fa_tail")
+    w_bo, w_seq = ch.wr("fr_w_bo"), ch.wr("fr_w_seq")
+    # "Block Free" 2: Flags cleared, Generation + 1, whatever the Flags were (0003, 0001)
+    for u, flags in zip(unbinds, (3, 1), strict=True):
+        add = u.fields["swap_add"]
+        assert isinstance(add, Const) and add.value == ((0x10000 - flags) << 48) | 1 << 32
+        assert u.opcode is Opcode.MASKED_FETCH_ADD and u.remote_kind == "strided_table"
+    # the two unbinds are exclusive: each tests its own Flags octet of the arm word
+    s, u = (w.cond for w in unbinds)
+    assert s is not None and u is not None
+    assert s.mask[6] == 0xFF and s.mask[7] == 0 and u.mask[6] == 0 and u.mask[7] == 0xFF
+    # the Dekker pair: the count is read on the unbind's QP, after it
+    assert all(readers.lane == w.lane and readers.step > w.step for w in unbinds)
+    # the Tail ticket only after the count's test; Block Offset, then Sequence, one QP
+    assert tail.step > readers.step and tail.cond is not None
+    assert tail.cond.word.producers == ("m_free_fold", "fr_readers")
+    assert tail.cond.compare[:5] == b"\x01" + bytes(4) and tail.cond.mask[:5] == b"\xff" * 5
+    assert w_bo.lane == w_seq.lane and w_bo.step == w_seq.step
+    order = [w.name for w in ch.wrs()]
+    assert order.index("fr_w_bo") < order.index("fr_w_seq")
+    assert ch.wr("fr_send").step > w_seq.step
+    assert verify(ch, get_profile("ideal-be")) == []
+
+
+def test_loads_count_themselves_readers_around_their_entry_read() -> None:
+    ch = _chain(("load",))
+    up, read, down = ch.wr("load_readers"), ch.wr("load_read"), ch.wr("load_unread")
+    assert up.lane == read.lane and up.step == read.step
+    order = [w.name for w in ch.wrs()]
+    assert order.index("load_readers") < order.index("load_read")
+    assert down.step > ch.wr("load_write").step and down.cond == up.cond
+    assert isinstance(down.fields["swap_add"], Const) and down.fields["swap_add"].value == M64
+    # without a NIC FREE the LOAD counts nothing
+    plain = build_chain(False, "big", Geometry(seqlock=False), ("load",))
+    assert "load_readers" not in plain and "load_unread" not in plain
+
+
+@pytest.mark.parametrize("broken", ["no-up", "no-down", "count-before-unbind"])
+def test_the_readers_rule_catches_a_broken_dekker_pair(broken: str) -> None:
+    ch = copy.deepcopy(_chain())
+    if broken == "no-up":
+        ch.wr("load_readers").fields["swap_add"] = Const(0, "+ 0")
+    elif broken == "no-down":
+        ch.wr("load_unread").cond = None
+    else:
+        ch.wr("fr_readers").step = ch.wr("fr_unbind_s").step
+    found = [v for v in verify(ch, get_profile("ideal-be")) if v.rule == "readers"]
+    assert found, broken
+
+
+def test_free_is_not_built_where_it_cannot_run() -> None:
+    for profile, geo in (("cx5", GEO), ("ideal-be", Geometry(seqlock=True, readers=True)),
+                         ("ideal-be", Geometry(seqlock=False))):
+        d = decide("free", get_profile(profile), False, geo)
+        assert not d.offloaded and FREE_NEEDS in d.reasons()[0], (profile, geo)
+    # the default variants of a chain leave FREE out where it cannot be built
+    assert not any(w.part == "free" for w in build_chain(False, "big").wrs())
+
+
+def _scenario(**over: str):  # type: ignore[no-untyped-def]
+    sets = ("target.nic.profile=ideal-be", "initiators[0].nic.profile=ideal-be",
+            "stop.operations=160", "target.operations={free: offload}",
+            *(f"{k}={v}" for k, v in over.items()))
+    return load_scenario(REPO / "scenarios/eval-cx5-load-heavy.yaml", sets)
+
+
+def test_the_load_heavy_mix_frees_on_the_nic_and_agrees_with_the_oracle() -> None:
+    out = run_scenario(_scenario(), oracle=True)
+    t = out.results["targets"]["target"]
+    served = t["fallbacks"]["served"]
+    assert served["FREE"]["nic"] >= 0.9 * (served["FREE"]["nic"] + served["FREE"]["cpu"])
+    assert served["FREE"]["nic"] > 0 and served["LOAD"]["cpu"] == 0
+    assert out.results["oracle"]["divergences"] == 0
+
+
+def test_free_on_the_nic_needs_chains_v2() -> None:
+    with pytest.raises((SchemaRuleError, ValueError), match="chains v2"):
+        run_scenario(_scenario(**{"target.chains": "v1"}))
+
+
+def test_a_counted_reader_makes_the_nic_free_hand_over() -> None:
+    """B's LOAD chain, delayed between its entry Read and its data Write, counts itself a
+    reader: A's FREE unbinds on the NIC, reads the count, hands over; the CPU returns the
+    block only after B's chain ended, and B gets the old contents with OK."""
+    seen: dict[str, object] = {}
+    divs = run_load_during_free("ideal-be", observe=seen, chains="v2", free_on_nic=True)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    assert seen["load"].completion.status == Status.OK  # type: ignore[attr-defined]
+    server = seen["server"]
+    assert server.served["FREE"] == {"nic": 0, "cpu": 1}  # type: ignore[attr-defined]
+    assert server.target._t.chain_free_handovers == 1  # type: ignore[attr-defined]
+    assert server.quiesce_waits == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("mix", ["race", "pipeline"])
+def test_campaigns_with_free_on_the_nic_agree(mix: str) -> None:
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=64, mix=mix,
+                            chains="v2", free_on_nic=True))
+    assert res.divergences == [], [d.as_dict() for d in res.divergences[:3]]
+    assert res.nic_served > 0
