@@ -306,18 +306,21 @@ def run_allocs_then_loads(profile: str = "ideal-be", seed: int = 1,
 
 def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
                         observe: dict[str, Any] | None = None, chains: str = "v2",
-                        transform: Any = None) -> list[Divergence]:
+                        transform: Any = None,
+                        free_on_nic: bool = False) -> list[Divergence]:
     """The draft's "Generation" (never 0) across the wrap: A's handle h starts unbound at
     Generation 0xFFFE and h + 1 at 0xFFFF, in the live target and in the shadow (random
     campaigns never come near 0xFFFF). A allocates h (0xFFFF), frees it (the + 1 skips 0:
     1) and allocates it again (2); allocates h + 1 (0xFFFF + 1: 1), frees and allocates
     it (3); then LOADs both. Chains v1 skip 0 with a second add; chains v2 with native
     conditions hand an allocation at 0xFFFF to the CPU (decision C18), and a chain that
-    does not (mutant ``v2-alloc-genwrap``) binds Generation 0. ``observe`` gets the
-    server (``"server"``)."""
+    does not (mutant ``v2-alloc-genwrap``) binds Generation 0. With ``free_on_nic``
+    (decision C20) the FREE of h, at 0xFFFF, is handed to the CPU the same way (mutant
+    ``v2-free-genwrap``: it unbinds to Generation 0). ``observe`` gets the server
+    (``"server"``)."""
     from kbtpsim.target.table import TableEntry
 
-    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains, free_on_nic=free_on_nic)
     bs = SCRIPTED_BS
     run, a = _solo_run(spec, transform, 2)
     server = run.server

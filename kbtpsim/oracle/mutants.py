@@ -462,6 +462,21 @@ def _load_during_nic_free(seed: int, profile: str, transform: Any,
                                 transform=transform, free_on_nic=True)
 
 
+def _generation_wrap_nic_free(seed: int, profile: str, transform: Any,
+                              observe: dict[str, Any]) -> list[Any]:
+    """:func:`_generation_wrap` with FREE on the NIC (decision C20): a FREE at 0xFFFF."""
+    return run_generation_wrap(profile, seed, observe=observe, chains="v2",
+                               transform=transform, free_on_nic=True)
+
+
+def v2_free_genwrap(chain: Chain) -> None:
+    """The FREE's Generation marker tests 0xFFFE: a FREE at 0xFFFF unbinds to Generation 0
+    (decision C20; draft, "Generation": never 0)."""
+    (w,) = _need(_wrs(chain, lambda w: w.name == "m_free_genwrap"), "the FREE's wrap test")
+    assert w.cond is not None
+    w.cond = replace(w.cond, compare=b"\x00\x00\xff\xfe" + bytes(4))
+
+
 def v2_free_no_readers(chain: Chain) -> None:
     """The FREE chain does not look at the handle's reader count: its marker holds
     whatever the count (decision C20's Dekker pair broken on the FREE's side)."""
@@ -551,6 +566,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "FREE does not test the handle's reader count, so it returns the block while "
            "another connection's LOAD may still read it (decision C20)", chains="v2",
            free_on_nic=True, scenario=_load_during_nic_free),
+    Mutant("v2-free-genwrap", v2_free_genwrap, "chains v2, FREE on the NIC: the FREE's "
+           "Generation marker tests 0xFFFE, so a FREE at 0xFFFF unbinds to Generation 0 "
+           "(decision C20)", chains="v2", free_on_nic=True,
+           scenario=_generation_wrap_nic_free),
     Mutant("v2-load-no-readers", v2_load_no_readers, "chains v2, FREE on the NIC: the "
            "LOAD does not count itself a reader of its handle (decision C20)", chains="v2",
            free_on_nic=True, scenario=_load_during_nic_free),

@@ -49,6 +49,7 @@ KINDS = {
     # FREE on the NIC (C20): either side of the reader count's Dekker pair broken
     "v2-free-no-readers": {"load-data"},
     "v2-load-no-readers": {"load-data"},
+    "v2-free-genwrap": {"completion", "state"},
 }
 
 

@@ -18,7 +18,7 @@ from kbtpsim.chains.verify import verify
 from kbtpsim.nic import Opcode
 from kbtpsim.nic.profiles import get_profile
 from kbtpsim.oracle.campaign import Spec, run_campaign
-from kbtpsim.oracle.interleaving import run_load_during_free
+from kbtpsim.oracle.interleaving import run_generation_wrap, run_load_during_free
 from kbtpsim.run.runner import run_scenario
 from kbtpsim.scenario.load import load_scenario
 from kbtpsim.scenario.schema import SchemaRuleError
@@ -135,3 +135,13 @@ def test_campaigns_with_free_on_the_nic_agree(mix: str) -> None:
                             chains="v2", free_on_nic=True))
     assert res.divergences == [], [d.as_dict() for d in res.divergences[:3]]
     assert res.nic_served > 0
+
+
+def test_a_free_at_generation_ffff_goes_to_the_cpu() -> None:
+    """Draft, "Generation" (never 0): the FREE chain hands a FREE of an entry at 0xFFFF to
+    the CPU before its unbind; the CPU's + 1 skips 0. The other FREE runs on the NIC."""
+    seen: dict[str, object] = {}
+    divs = run_generation_wrap("ideal-be", observe=seen, free_on_nic=True)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    assert seen["server"].served["FREE"] == {"nic": 1, "cpu": 1}  # type: ignore[attr-defined]
+
