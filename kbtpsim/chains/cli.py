@@ -23,7 +23,7 @@ from kbtpsim.usage import fail as _fail
 
 __all__ = ["add_chains_parser", "replay_chain_main"]
 
-_OPS = ("LOAD", "STORE", "ALLOC_STORE")
+_OPS = ("LOAD", "STORE", "ALLOC_STORE", "FREE")
 
 
 def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
@@ -59,8 +59,8 @@ def _resolve_design(args: argparse.Namespace, profile: Any) -> None:
 
 
 def _variant(op: str, inline: bool) -> str:
-    if op == "LOAD":
-        return "load"
+    if op in ("LOAD", "FREE"):
+        return op.lower()
     return {("STORE", True): "store_inline", ("STORE", False): "store_read",
             ("ALLOC_STORE", True): "alloc_inline", ("ALLOC_STORE", False): "alloc_read"}[
         (op, inline)]
@@ -111,10 +111,15 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
     return out, lines
 
 
+def _geometry(op: str, args: argparse.Namespace) -> Geometry:
+    """Chains v2's LOAD has no entry re-read (decision C13); FREE is shown as it runs with
+    ``target.operations.free: offload`` (the LOADs' reader counts, decision C20)."""
+    return Geometry(seqlock=args.design != "v2", readers=op == "FREE")
+
+
 def _decide(op: str, args: argparse.Namespace, profile: Any) -> Any:
-    """The variant's decision; chains v2's LOAD has no entry re-read (decision C13)."""
-    return decide(_variant(op, args.inline), profile, args.addr_le,
-                  Geometry(seqlock=args.design != "v2"))
+    """The variant's decision (:func:`_geometry`)."""
+    return decide(_variant(op, args.inline), profile, args.addr_le, _geometry(op, args))
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -158,7 +163,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    print(explain(decide_op(op, profile, args.addr_le, Geometry(seqlock=args.design != "v2"))))
+    print(explain(decide_op(op, profile, args.addr_le, _geometry(op, args))))
     if args.note:
         print(args.note)
     if args.chains == "v2" or args.design == "v2":

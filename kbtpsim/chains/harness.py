@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from kbtpsim.chains.layout import ChainLayout, register_ring
+from kbtpsim.chains.layout import ChainLayout, register_readers, register_ring
 from kbtpsim.chains.plan import plan_connection
 from kbtpsim.chains.post import Finished
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain
@@ -110,16 +110,20 @@ class Harness:
         # connection is the one that frees (others are served by the CPU, synchronously),
         # so a FREE's block has no chain reader left: it returns at once, as a quiescing
         # target does with nothing in flight
+        # FREE on the NIC (decision C20): the LOADs count their readers
+        readers = chains == "v2" and variants is not None and "free" in variants
         self.plan = plan_connection(prof, self.config, self.layout, "A", variants,
-                                    seqlock=chains != "v2")
+                                    seqlock=chains != "v2", readers=readers)
         ring = None
-        if any(v.startswith("alloc") for v in self.plan.offloaded):
+        if any(v.startswith("alloc") or v == "free" for v in self.plan.offloaded):
             ring = register_ring(self.tnic, self.target_layout.rings[0])
         self.quota = quota
         server_class = chain_server_class(chains)
         chain = prepare_chain(chains, self.plan.chain, prof)
         self.server = server_class(self.tnic, chain, self.layout, credits,
-                                   table_key, pool_key, device_memory, ring)
+                                   table_key, pool_key, device_memory, ring,
+                                   readers=register_readers(self.tnic, self.layout)
+                                   if readers else None)
         self.cpu_request_ps = round(cpu_request_ns * 1000)
         self.refill_batch = refill_batch
         # target CPU's own QP to the initiator, and a bounce buffer
@@ -332,7 +336,12 @@ class Harness:
         rid = int.from_bytes(f.request[4:12], "big") if len(f.request) >= 12 else 0
         if not f.needs_cpu:
             self.result.served[rid] = f.served
-            if f.ticket is not None:  # the chain bound a handle: the CPU's bookkeeping
+            if f.unbound is not None:  # a FREE (C20): unbound, slot written, completed
+                assert f.ticket is not None
+                effects = self.cpu_target.note_chain_free(CONN, f.request, f.ticket,
+                                                          int(env.now))
+                yield from self._execute(effects)
+            elif f.ticket is not None:  # the chain bound a handle: the CPU's bookkeeping
                 effects = self.cpu_target.note_chain_alloc(CONN, f.request, f.ticket,
                                                            int(env.now))
                 yield from self._execute(effects)  # e.g. a FREE deferred on that slot
@@ -341,7 +350,12 @@ class Harness:
         # busy time: processing plus posting; waiting for the NIC is not counted
         self.result.cpu_request_ps += self.cpu_request_ps
         yield env.timeout(self.cpu_request_ps)
-        if f.ticket is not None:  # the chain took a ticket, its slot was not ready
+        if f.unbound is not None:  # a FREE the chain unbound, then handed over (C20);
+            now = int(env.now)  # one connection: no LOAD chain of another can read it
+            effects = self.cpu_target.finish_free(CONN, f.request, f.ticket, now)
+            for block in self.cpu_target.quiescing:
+                effects += self.cpu_target.quiesced(block, now)
+        elif f.ticket is not None:  # the chain took a ticket, its slot was not ready
             effects = self.cpu_target.finish_allocation(CONN, f.request, f.ticket,
                                                         int(env.now))
         else:

@@ -18,11 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbtpsim.chains.harness import Harness
+from kbtpsim.chains.vocab import OPERATIONS
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.profiles import PROFILES
-from kbtpsim.wire import AllocStore, DataDescriptor, Load, Message, RequestFlag, Store
+from kbtpsim.wire import AllocStore, DataDescriptor, Free, Load, Message, RequestFlag, Store
 
 OPS = ("LOAD", "STORE-INLINE", "STORE-READ", "ALLOC_STORE-INLINE")
+#: measured too, on chains v2 (FREE on the NIC: ``target.operations.free: offload``, C20)
+V2_OPS = ("FREE",)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,10 @@ def _requests(h: Harness, op: str, bs: int, n: int) -> list[Message]:
         elif op == "STORE-INLINE":
             out.append(Store(request_id=rid, handle=0x4002, flags=inl,
                              data_descriptor=DataDescriptor(0, 0, bs), inline_data=data))
+        elif op == "FREE":  # a handle bound by an ALLOC_STORE, then freed
+            out.append(AllocStore(request_id=1000 + rid, handle=0x4003, flags=inl,
+                                  data_descriptor=DataDescriptor(0, 0, bs), inline_data=data))
+            out.append(Free(request_id=rid, handle=0x4003))
         elif op == "STORE-READ":
             out.append(Store(request_id=rid, handle=0x4002,
                              data_descriptor=DataDescriptor(h.stag, h.buf(bs), bs)))
@@ -87,7 +94,10 @@ def measure(profile: str | NicProfile, op: str, block_size: int, n: int = 3,
     prof = profile_named(profile) if isinstance(profile, str) else profile
     profile = prof.name
     le = prof.wqe_field_byte_order == "little" if addr_le is None else addr_le
-    h = Harness(prof, le, block_size=block_size, blocks=8, quota=8, chains=chains)
+    variants = (*OPERATIONS["LOAD"], *OPERATIONS["ALLOC_STORE"], "free") \
+        if op == "FREE" else None  # C20: the LOADs then count their readers
+    h = Harness(prof, le, block_size=block_size, blocks=8, quota=8, chains=chains,
+                variants=variants)
     msgs = _requests(h, op, block_size, n)
     res = h.run(msgs[:2])
     cpu0, refill0 = res.cpu_request_ps, res.refill_ps

@@ -90,6 +90,24 @@ VALIDATIONS["alloc_read"][-1] = (
     "masked FetchAdd on the big-endian entry word (Flags += VALID, or VALID|SEALED: a patch "
     "of its Add Data conditional on the request's SEAL bit, decision C10) and a "
     "conditional second add when the old Generation was 0xFFFF")
+VALIDATIONS["free"] = [
+    ("version, opcode, Status 0, flags", "chain + CPU",
+     "marker on request octets 0..3 and 22..23: Flags 0 only; RECORD, unknown bits -> CPU"),
+    ("handle range (own)", "chain + CPU", "aligned block of the own range; rest -> CPU"),
+    ("VALID", "chain + CPU", "entry markers: Flags VALID|SEALED or VALID (one unbind per "
+     "value); anything else -> CPU (NOT_VALID)"),
+    ("Generation", "chain + CPU", "Generation 0 (any) in chain; non-zero -> CPU"),
+    ("Generation + 1 (skip 0)", "chain + CPU",
+     "masked FetchAdd on the big-endian entry word (Flags to 0, Generation + 1); an "
+     "entry at 0xFFFF -> CPU before the unbind (decision C20)"),
+    ("no LOAD reads the block (decision C13)", "chain + CPU",
+     "the handle's reader count (every LOAD's FetchAdd + 1 before its entry Read, - 1 "
+     "after its data Write) read after the unbind on its QP; counted readers -> CPU, "
+     "which waits for them (decision C20)"),
+    ("slot consumed before it is written (deferred free)", "chain + CPU",
+     "masked FetchAdd on Tail, the slot's Block Offset read: all ones (consumed) -> Block "
+     "Offset, then Sequence, written; otherwise -> CPU with the ticket"),
+]
 MSG_ROW = ("message length (octet count)", "chain + CPU",
            "marker on the receive CQE's byte count (receive CQ buffer in memory): exactly "
            "40 (+ Block Size inline) octets in chain; trailing, short or long data -> CPU "

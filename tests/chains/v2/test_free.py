@@ -145,3 +145,20 @@ def test_a_free_at_generation_ffff_goes_to_the_cpu() -> None:
     assert divs == [], [d.as_dict() for d in divs[:3]]
     assert seen["server"].served["FREE"] == {"nic": 1, "cpu": 1}  # type: ignore[attr-defined]
 
+
+
+def test_the_cli_shows_and_explains_the_free_chain(capsys: pytest.CaptureFixture[str]) -> None:
+    from kbtpsim.cli import main
+
+    assert main(["chains", "show", "FREE", "--nic", "ideal-be", "--chains", "v2"]) == 0
+    out = capsys.readouterr().out
+    assert "ADDR_LE off: OFFLOADED" in out and "fr_unbind_s" in out and "fr_fa_tail" in out
+    assert main(["chains", "explain", "FREE", "--nic", "cx5", "--chains", "v2"]) == 0
+    assert FREE_NEEDS in capsys.readouterr().out
+
+
+def test_one_free_alone_is_served_by_the_nic() -> None:
+    from kbtpsim.chains.measure import measure
+
+    s = measure("ideal-be", "FREE", 4096, chains="v2")
+    assert s.served == "NIC" and s.cpu_ns_per_op == 0
