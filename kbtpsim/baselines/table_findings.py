@@ -129,7 +129,7 @@ def findings(rows: list[Row]) -> list[str]:
             out.append(
                 f"**Target CPU, {a.name} \"not required per operation\": {verdict}.** "
                 f"{parts}{cmp}. Requests served by the NIC: {shares or 'none'}; the rest, "
-                f"FREE (no chain), and {what}"
+                f"FREE (FREE on the NIC is opt-in, decision C20: not used here), and {what}"
                 f"{_num(refill.get('per_op_ns'))} ns per refill, "
                 f"{_num(refill.get('ops'))} refills) run on the target CPU.")
         else:

@@ -81,6 +81,9 @@ class Finished:
     #: a Tail ticket, taken at ``ticket_time``
     unbound: int | None = None
     ticket_time: int | None = None
+    #: ALLOC_STORE: when its Generation add landed in the table (the entry VALID: what
+    #: other connections' LOADs observe), else None
+    bound: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -117,6 +120,9 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
         #: the FetchAdds that take a ticket: on Head (ALLOC_STORE) or Tail (FREE, C20)
         self.fa_heads = {i for i, w in enumerate(self.templates)
                          if w.name.endswith(("_fa_head", "_fa_tail"))}
+        #: ALLOC_STORE's Generation adds (the entry becomes VALID), by position
+        self.binds = {i for i, w in enumerate(self.templates)
+                      if w.name.endswith("_gen") and w.opcode is Opcode.MASKED_FETCH_ADD}
         #: a FREE's unbinds (decision C20), by position
         self.unbinds = {i for i, w in enumerate(self.templates)
                         if w.name.startswith("fr_unbind_")}
@@ -474,6 +480,9 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
             elif (c.wr_id & 0x3FFF in self.completion_sends and c.opcode is WcOpcode.SEND
                   and c.status is WcStatus.SUCCESS):
                 cr.sent = (self.completion_sends[c.wr_id & 0x3FFF], c.time)
+            elif (c.wr_id & 0x3FFF in self.binds and c.opcode is WcOpcode.MASKED_FETCH_ADD
+                  and c.status is WcStatus.SUCCESS):
+                cr.bound_time = c.time if c.sampled is None else c.sampled
             elif (c.wr_id & 0x3FFF in self.unbinds and c.opcode is WcOpcode.MASKED_FETCH_ADD
                   and c.status is WcStatus.SUCCESS):  # it ran (not skipped by its test):
                 cr.unbound_time = c.time if c.sampled is None else c.sampled  # entry written
@@ -535,7 +544,7 @@ class ChainServer(CpuControl, ChainFailure, ScratchBuffers, WrResolution):
             unbound = self.failed_at  # it ran; its CQE was lost with the connection
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
                         self._effect_time(cr), read, unbound,
-                        cr.ticket_time if taken else None)
+                        cr.ticket_time if taken else None, cr.bound_time)
 
     def arrived(self) -> tuple[int, bytes] | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)

@@ -51,6 +51,7 @@ class _Credit:
     ticket_taken: bool = False
     ticket_time: int | None = None  #: CQE time of the FetchAdd on Head (Tail: a FREE)
     unbound_time: int | None = None  #: CQE time of a FREE's unbind (decision C20)
+    bound_time: int | None = None  #: when an ALLOC_STORE's Generation add landed
     last_time: int | None = None  #: latest CQE time of the credit's chain
     early: bool = False  #: the CPU took the request before its chain ended (take_early)
     entry_read_time: int | None = None  #: when the table-entry Read sampled the entry

@@ -206,7 +206,10 @@ class ObservedServer(OffloadedTargetServer):
                         conn=conn_id, data=f.request, hold=True, ticket=f.ticket,
                         ring=self.layout.rings[0].name if self.layout else None,
                         via="nic", variant=f.served, credit=f.credit)
-                rec.add(self._finish_time(cs, info, k.get("slot"), f), "read_slot",
+                # the rest of the allocation (slot, data, entry) takes effect when its
+                # Generation add lands: the entry VALID for other connections' LOADs
+                rec.add(f.bound if f.bound is not None else
+                        self._finish_time(cs, info, k.get("slot"), f), "read_slot",
                         conn=conn_id, via="nic", variant=f.served, credit=f.credit)
             else:
                 rec.add(self._finish_time(cs, info, k.get("point"), f), "handle",

@@ -162,3 +162,16 @@ def test_one_free_alone_is_served_by_the_nic() -> None:
 
     s = measure("ideal-be", "FREE", 4096, chains="v2")
     assert s.served == "NIC" and s.cpu_ns_per_op == 0
+
+
+def test_a_nic_allocation_is_linearised_when_its_entry_turns_valid() -> None:
+    """Every initiator in one trust domain: ``d`` LOADs a handle ``c``'s ALLOC_STORE
+    chain is binding. The shadow applies the allocation when its Generation add lands
+    (``Finished.bound``), not at its slot Read: a LOAD the CPU serves between the two
+    answers NOT_VALID, as the live target does (the finding in docs/oracle.md)."""
+    from kbtpsim.oracle.faults import parse_faults
+
+    res = run_campaign(Spec(seed=2, profile="ideal-be", addr_le=False, ops=96, mix="race",
+                            chains="v2", free_on_nic=True,
+                            faults=parse_faults("stall,reorder,slot,drop")))
+    assert res.divergences == [], [d.as_dict() for d in res.divergences[:3]]
