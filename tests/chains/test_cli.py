@@ -80,7 +80,7 @@ def test_draw_is_byte_identical(tmp_path, ext: str) -> None:  # type: ignore[no-
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["chains", "show", "FREE", "--nic", "ideal"], "unknown operation 'FREE'"),
+    (["chains", "show", "BIND", "--nic", "ideal"], "unknown operation 'BIND'"),
     (["chains", "explain", "LOAD", "--nic", "cx9"], "known: cx3-40g-ib, cx5"),
     (["chains", "draw", "LOAD", "--nic", "ideal", "-o", "/nonexistent/dir/x.png"],
      "-o /nonexistent/dir/x.png: directory /nonexistent/dir does not exist"),
