@@ -9,8 +9,12 @@ software target (``kbtpsim.target``), proven by mutation (``docs/oracle.md``).
   first one readably;
 * :mod:`~kbtpsim.oracle.faults`: delays, stalls, reordering, dropped connections, rogue
   DIRECT_ALLOC tickets;
-* :mod:`~kbtpsim.oracle.campaign`: randomised campaigns (``kbtpsim check``);
-* :mod:`~kbtpsim.oracle.mutants`: the chain-bug catalogue (``kbtpsim mutants``).
+* :mod:`~kbtpsim.oracle.campaign`: randomised campaigns (``kbtpsim check``), made of
+  :mod:`~kbtpsim.oracle.spec` (a campaign's spec and result, the mixes),
+  :mod:`~kbtpsim.oracle.actor` (one initiator's requests) and
+  :mod:`~kbtpsim.oracle.lockstep` (the run and its checkpoints);
+* :mod:`~kbtpsim.oracle.mutants`: the chain-bug catalogue (``kbtpsim mutants``); the
+  bugs' chain transformations are in :mod:`~kbtpsim.oracle.transforms`.
 """
 
 from kbtpsim.oracle.campaign import MIXES, PROFILES, Result, Spec, run_campaign

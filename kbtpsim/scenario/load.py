@@ -3,7 +3,7 @@
 Every problem is a :class:`ScenarioError` whose text is one line,
 ``<key path>: <problem>`` (``initiators[0].workload.mix.lod: unknown key (did you mean
 'load'?)``): the first error pydantic reports, or the first cross-key rule
-(:func:`kbtpsim.scenario.schema.check`) that fails.
+(:func:`kbtpsim.scenario.rules.check`) that fails.
 """
 
 from __future__ import annotations
