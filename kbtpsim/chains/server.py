@@ -28,27 +28,41 @@ a connection is made at :meth:`accept` for the initiator named there (``Initiato
 passes its name); a session established by any other initiator keeps the session octet
 clear, so the CPU serves all of it. ADDR_LE: by default the server sets it when the
 profile's WQE fields are little-endian (``ideal``), the byte order its chains need.
+
+The CPU process is :class:`~kbtpsim.chains.cpu_loop.ChainCpuLoop`, its serving of
+credits :class:`~kbtpsim.chains.serving.CreditServing`; a connection's record is in
+:mod:`kbtpsim.chains.chain_conn`, the configuration's reasons and helpers (why a variant
+stays on the CPU, :func:`free_on_nic_blockers`, :func:`aligned_table`) in
+:mod:`kbtpsim.chains.offload_config`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import simpy
 
+from kbtpsim.chains.chain_conn import _ChainConn, _ConnQp
 from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.cpu_loop import ChainCpuLoop
 from kbtpsim.chains.cpu_ticket import NicTicketTaker
-from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
 from kbtpsim.chains.layout import ChainLayout, RingKeys, register_readers, register_ring
+from kbtpsim.chains.offload_config import (
+    DIRECT_ALLOC_RING,
+    FREE_ON_CPU,
+    KEPT_ON_CPU,
+    UNKNOWN_INITIATOR,
+    aligned_table,
+    free_on_nic_blockers,
+)
 from kbtpsim.chains.plan import ConnectionPlan, plan_connection
-from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
+from kbtpsim.chains.post import ChainServer
 from kbtpsim.chains.quiesce import FreeQuiescence
 from kbtpsim.chains.recovery import ChainRecovery
 from kbtpsim.chains.serving import CHAIN, REFILL, CreditServing
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain, recycle_blockers
-from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, WorkRequest, connect
+from kbtpsim.nic import Link, NicProfile, QueuePair, Simulation, connect
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.profiles import get_profile
 from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTargetServer, op_name
@@ -57,100 +71,8 @@ from kbtpsim.target.config import CounterMode
 from kbtpsim.target.layout import TargetLayout
 from kbtpsim.wire import Feature
 
-Gen = Generator[simpy.Event, Any, Any]
 
-#: reasons a variant is left out of a connection's chain (ConnectionPlan.software)
-KEPT_ON_CPU = "kept on the target CPU by the configuration (target.operations)"
-DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs take tickets "
-                     "from its own ring (decision S1), the chains' ring is the shared one")
-FREE_ON_CPU = ("FREE runs on the target CPU unless target.operations.free is offload "
-               "(decision C20: the LOADs then count their readers)")
-
-
-def free_on_nic_blockers(chains: str, profile: NicProfile, config: TargetConfig) -> list[str]:
-    """Why this target cannot serve FREE on its NIC (decision C20), or nothing."""
-    why = []
-    if chains != "v2":
-        why.append("it needs chains v2 (target.chains: v2)")
-    if not profile.native_conditional:
-        why.append(f"NIC profile {profile.name!r} has no native conditional WRs")
-    if not profile.strided_keys:
-        why.append(f"NIC profile {profile.name!r} has no strided keys (reader counts)")
-    domains = {i.trust_domain for i in config.initiators
-               if not i.features & Feature.DIRECT_ALLOC}
-    if len(domains) > 1:
-        why.append("the shared ring serves several trust domains: a freed block must be "
-                   "cleared first, which the FREE chain does not do")
-    return why
-
-
-UNKNOWN_INITIATOR = "the connection's initiator is not configured: the CPU serves it all"
-
-
-
-def aligned_table(config: TargetConfig) -> tuple[int, int]:
-    """The smallest aligned power-of-two block of handles holding every initiator's."""
-    lo = min(i.handle_base for i in config.initiators)
-    hi = max(i.handle_base + i.handle_count for i in config.initiators)
-    bits = max(0, (hi - 1).bit_length())
-    while bits > 0 and lo >> (bits - 1) == (hi - 1) >> (bits - 1):
-        bits -= 1
-    return lo >> bits << bits, 1 << bits
-
-
-class _ConnQp:
-    """The connection QP as the base server's effect code sees it: posting goes into the
-    held credit's CPU slots, the doorbell ENABLEs them (an unmanaged QP, without any fast
-    path, is used directly)."""
-
-    def __init__(self, cc: _ChainConn) -> None:
-        self._cc = cc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cc.chains.conn, name)
-
-    def post_send(self, wr: WorkRequest) -> int:
-        cs = self._cc.chains
-        wr = replace(wr, wr_id=wr.wr_id | CPU_WR)
-        if cs.software:
-            return cs.conn.post_send(wr)
-        if self._cc.holding is None:
-            raise RuntimeError(f"connection {self._cc.conn_id}: the CPU posts a work "
-                               "request while it holds no credit")
-        return cs.cpu_post(self._cc.holding, wr)
-
-    def ring_doorbell(self) -> None:
-        cs = self._cc.chains
-        if cs.software:
-            cs.conn.ring_doorbell()
-        elif self._cc.holding is not None:
-            cs.cpu_enable(self._cc.holding)
-
-
-@dataclass(eq=False)
-class _ChainConn:
-    conn_id: int
-    chains: ChainServer
-    plan: ConnectionPlan
-    initiator: str  #: the initiator the plan was made for
-    conn: ServerConnection | None = None
-    holding: int | None = None  #: credit the CPU serves or holds (gate not released)
-    held: list[int] = field(default_factory=list)
-    no_arm: set[int] = field(default_factory=set)  #: credits kept without allowance
-    wake: simpy.Event | None = None
-    #: effect lists being posted on this connection now (by any core): its held credits'
-    #: CPU slots are in use, so their gates stay held until this is back to 0
-    posting: int = 0
-    mmio_charged: int = 0  #: ChainServer.mmio_writes already charged to the CPU
-    #: credits whose chain ended but that the CPU had not noted when the connection
-    #: failed: salvaged before the target learns of the disconnect (decision O5)
-    orphans: list[Finished] = field(default_factory=list)
-    #: the last credit :meth:`OffloadedTargetServer._take_early` judged servable by a
-    #: chain (its request does not change while it waits: not decoded again)
-    checked: int = -1
-
-
-class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
+class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuiescence,
                             SoftwareTargetServer):
     """A KBTP target whose NIC runs the chains (see the module docstring).
 
@@ -409,153 +331,19 @@ class OffloadedTargetServer(CreditServing, ChainRecovery, FreeQuiescence,
     def _count(self, op: str, where: str) -> None:
         self.served.setdefault(op, {"nic": 0, "cpu": 0})[where] += 1
 
-    # ================================================================ the CPU
-    def _call(self, entry: tuple[Any, ...], now: int) -> list[Effect]:
-        head = self.target.shared_ring.head_ticket
-        out = super()._call(entry, now)
-        if self.target.shared_ring.head_ticket != head:  # the call took a ticket
-            self._log_ticket(head)
-        if self.config.free_quiesce:
-            out = out + self._quiesce(now)
-        self._kick()  # a target call may let another connection's held credit go
-        return out
 
-    def _log_ticket(self, ticket: int) -> None:
-        """The last log entry took ``ticket`` of the shared ring (for replay())."""
-        if self.log:
-            self.log_tickets[len(self.log) - 1] = ticket
-
-    def _kick(self) -> None:
-        for cc in self._chain_conns.values():
-            if cc.wake is not None and not cc.wake.triggered:
-                cc.wake.succeed()
-
-    def _chain_cpu(self, cc: _ChainConn) -> Gen:
-        """The connection's CPU side: poll, serve, release, refill; sleep otherwise."""
-        env, cpu, cs = self.env, self.cpu, cc.chains
-        conn = cc.conn
-        assert conn is not None
-        while conn.up:
-            finished = cs.poll(int(env.now))
-            if not finished and not cc.held and cc.holding is None and not cs.software:
-                finished = self._take_early(cc)
-            for cqe in cs.take_cpu_cqes():  # the CPU's own WRs: base bookkeeping
-                self._dispatch(cqe)
-            if cs.errors:
-                self.close(conn, cs.errors[0])
-            if not conn.up:
-                cc.orphans.extend(finished)
-                break
-            if finished or conn.inbox or cc.held or cs.free_slots \
-                    or self.target.waiting_allocations:
-                with cpu.request() as core:
-                    yield core
-                    yield from self._pass(cc, finished)
-                if finished or conn.inbox:
-                    continue
-            # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
-            cc.wake = env.event()
-            woken = env.event()  # one event for every CQ watched (CompletionQueue.notify)
-            cs.arm_wake(woken)
-            events = [woken, cc.wake]
-            if cs.cqes_in_flight():
-                events.append(env.timeout(max(1, cpu.poll_ps)))
-            yield env.any_of(events)
-        yield from self._recover(cc)
-
-    def _take_early(self, cc: _ChainConn) -> list[Finished]:
-        """The next request, if it has arrived and no chain variant can serve it (judged
-        from its octets: :func:`~kbtpsim.chains.dispatch.static_miss`), taken by the CPU
-        now rather than when its chain has run to its end. Only with no credit held: the
-        CPU's work requests go into this credit's slots, after every earlier one's."""
-        got = cc.chains.arrived()
-        if got is None:
-            return []
-        credit, request = got
-        if cc.checked == credit:  # judged at an earlier wake-up: its octets are the same
-            return []
-        reason = static_miss(request, cc.plan.offloaded, self.config.block_size,
-                             self.config.addr_le)
-        if reason is None:
-            cc.checked = credit
-            return []
-        self.before_chain += 1
-        self._early_reasons[(cc.conn_id, credit)] = reason
-        return [cc.chains.take_early(credit, int(self.env.now))]
-
-    def _count_reason(self, cc: _ChainConn, f: Finished, op: str) -> None:
-        """Why the CPU serves a LOAD, STORE or ALLOC_STORE (results.json
-        ``fallbacks.reasons``)."""
-        reason = self._early_reasons.pop((cc.conn_id, f.credit), None)
-        if op not in ("LOAD", "STORE", "ALLOC_STORE"):
-            return
-        if reason is None:  # decided before the chain ran, or by it
-            reason = static_miss(f.request, cc.plan.offloaded, self.config.block_size,
-                                 self.config.addr_le)
-        if reason is None:
-            reason = SLOT_NOT_READY if f.ticket is not None else CHAIN_TESTS
-        by_op = self.fallback_reasons.setdefault(op, {})
-        by_op[reason] = by_op.get(reason, 0) + 1
-
-    def _pass(self, cc: _ChainConn, finished: list[Finished]) -> Gen:
-        cpu, conn = self.cpu, cc.conn
-        assert conn is not None
-        for i, f in enumerate(finished):
-            if not conn.up:  # the rest is salvaged after the failure (_recover)
-                cc.orphans.extend(finished[i:])
-                return
-            if f.needs_cpu:
-                yield from self._serve_cpu(cc, f)
-            else:
-                yield from self._serve_nic(cc, f)
-        while conn.inbox and conn.up:  # an RDMA Read of a store came back
-            _, token, data, account = conn.inbox.popleft()
-            yield from cpu.spend(account, cpu.poll_ps + cpu.costs.op_ps("READ_DONE"))
-            effects = self._call(("read", token, data), int(self.env.now))
-            yield from self.carry_out(effects, account)
-        if self.target.waiting_allocations:  # a hand-over waits for its slot
-            effects = self.target.poll_waiting(int(self.env.now))
-            if effects:
-                yield from self.carry_out(effects, "ALLOC_STORE")
-        if self._grace and finished:  # frees waiting for chains that may have ended (C13)
-            yield from cpu.spend("FREE", cpu.poll_ps)
-            effects = self._quiesce(int(self.env.now))
-            if effects:
-                yield from self.carry_out(effects, "FREE")
-        # only the connection's own CPU process releases its gates; another connection's
-        # pass that freed it (a deferred FREE performed, a slot written) kicks it instead
-        self._release_done(cc)
-        yield from self._charge_mmio(cc)
-        yield from self._refill(cc)
-        yield from self._charge_mmio(cc)  # the octets the refill wrote into the slots'
-        # pristine images (session, quota) in NIC device memory: charged now, not at the
-        # next pass (which a run's last refill never had)
-
-    def _charge_mmio(self, cc: _ChainConn) -> Gen:
-        """Charge the CPU's MMIO writes on the connection's chains since the last charge
-        (gate ENABLEs, session and quota octets in NIC device memory) at one doorbell
-        write each, to ``CHAIN``."""
-        n = cc.chains.mmio_writes - cc.mmio_charged
-        if n > 0:
-            cc.mmio_charged += n
-            yield from self.cpu.spend(CHAIN, n * self.cpu.doorbell_ps)
-
-    def carry_out(self, effects: Iterable[Effect], account: str) -> Gen:
-        """The base server's posting, with each connection the effects go to marked as
-        being posted on (``_ChainConn.posting``) until its WRs are in its CPU slots."""
-        effects = list(effects)
-        ccs = {self._chain_conns[e.connection_id] for e in effects
-               if getattr(e, "connection_id", None) in self._chain_conns}
-        for c in ccs:
-            c.posting += 1
-        try:
-            yield from super().carry_out(effects, account)
-        finally:
-            for c in ccs:
-                c.posting -= 1
-        if ccs:
-            self._kick()
-
-
-
-__all__ = ["CHAIN", "REFILL", "OffloadedTargetServer"]
+#: with the configuration's reasons and helpers (kbtpsim.chains.offload_config) and the
+#: connection record (kbtpsim.chains.chain_conn), re-exported
+__all__ = [
+    "CHAIN",
+    "DIRECT_ALLOC_RING",
+    "FREE_ON_CPU",
+    "KEPT_ON_CPU",
+    "REFILL",
+    "UNKNOWN_INITIATOR",
+    "OffloadedTargetServer",
+    "_ChainConn",
+    "_ConnQp",
+    "aligned_table",
+    "free_on_nic_blockers",
+]

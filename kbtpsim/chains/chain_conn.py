@@ -1,0 +1,70 @@
+"""One connection of the offloaded target (:class:`_ChainConn`: its
+:class:`~kbtpsim.chains.post.ChainServer`, plan and CPU-side state) and its connection QP
+as the base server's effect code sees it (:class:`_ConnQp`: the CPU's work requests go
+into the held credit's CPU slots)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import simpy
+
+from kbtpsim.chains.plan import ConnectionPlan
+from kbtpsim.chains.post import CPU_WR, ChainServer, Finished
+from kbtpsim.nic import WorkRequest
+from kbtpsim.system.server import ServerConnection
+
+
+class _ConnQp:
+    """The connection QP as the base server's effect code sees it: posting goes into the
+    held credit's CPU slots, the doorbell ENABLEs them (an unmanaged QP, without any fast
+    path, is used directly)."""
+
+    def __init__(self, cc: _ChainConn) -> None:
+        self._cc = cc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cc.chains.conn, name)
+
+    def post_send(self, wr: WorkRequest) -> int:
+        cs = self._cc.chains
+        wr = replace(wr, wr_id=wr.wr_id | CPU_WR)
+        if cs.software:
+            return cs.conn.post_send(wr)
+        if self._cc.holding is None:
+            raise RuntimeError(f"connection {self._cc.conn_id}: the CPU posts a work "
+                               "request while it holds no credit")
+        return cs.cpu_post(self._cc.holding, wr)
+
+    def ring_doorbell(self) -> None:
+        cs = self._cc.chains
+        if cs.software:
+            cs.conn.ring_doorbell()
+        elif self._cc.holding is not None:
+            cs.cpu_enable(self._cc.holding)
+
+
+
+@dataclass(eq=False)
+class _ChainConn:
+    conn_id: int
+    chains: ChainServer
+    plan: ConnectionPlan
+    initiator: str  #: the initiator the plan was made for
+    conn: ServerConnection | None = None
+    holding: int | None = None  #: credit the CPU serves or holds (gate not released)
+    held: list[int] = field(default_factory=list)
+    no_arm: set[int] = field(default_factory=set)  #: credits kept without allowance
+    wake: simpy.Event | None = None
+    #: effect lists being posted on this connection now (by any core): its held credits'
+    #: CPU slots are in use, so their gates stay held until this is back to 0
+    posting: int = 0
+    mmio_charged: int = 0  #: ChainServer.mmio_writes already charged to the CPU
+    #: credits whose chain ended but that the CPU had not noted when the connection
+    #: failed: salvaged before the target learns of the disconnect (decision O5)
+    orphans: list[Finished] = field(default_factory=list)
+    #: the last credit ``OffloadedTargetServer._take_early`` (kbtpsim.chains.cpu_loop)
+    #: judged servable by a chain (its request does not change while it waits: not
+    #: decoded again)
+    checked: int = -1

@@ -1,0 +1,260 @@
+"""What the CPU learns from a connection's completions (mixed into
+:class:`~kbtpsim.chains.post.ChainServer`): :meth:`CreditCompletions.poll` reads the
+chain and receive CQs and returns the credits whose chain ended, each as a
+:class:`Finished` (served by the NIC, or ``needs_cpu``, with the request octets, the
+ticket a chain took and when its part took effect in the NIC); the CPU may take a
+request before its chain ends (:meth:`CreditCompletions.arrived`,
+:meth:`CreditCompletions.take_early`). The CQs a sleeping CPU wakes on are here too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import simpy
+
+from kbtpsim.chains.compiler import REQ_LEN, VARIANTS
+from kbtpsim.chains.ir import WrTemplate
+from kbtpsim.chains.wr_build import COMMIT_TAG, CPU_WR, ROLE_BITS, _Credit
+from kbtpsim.nic import CompletionQueue, Cqe, Nic, WcOpcode, WcStatus
+from kbtpsim.nic.memory import ByteOrder
+
+
+@dataclass
+class Finished:
+    """A credit whose chain has run to its end."""
+
+    credit: int  #: absolute credit number (0, 1, 2, ... per connection)
+    served: str | None  #: the variant the NIC served, or None: the CPU must serve it
+    request: bytes  #: the request's octets as received
+    time: int  #: when the CPU saw it (ps)
+    #: ALLOC_STORE: the Ticket the chain took (its FetchAdd on Head ran), else None. With
+    #: ``served`` the chain bound the handle (tell the target: ``Target.note_chain_alloc``);
+    #: with ``needs_cpu`` the slot was not ready and the CPU must finish the allocation of
+    #: *this* ticket (``Target.finish_allocation``)
+    ticket: int | None = None
+    #: when the NIC's part took effect (ps, from its CQEs): the FetchAdd that took the
+    #: Ticket for ALLOC_STORE, the instant the table-entry Read sampled the entry for a
+    #: served LOAD, the table-entry Write for a served STORE, else the chain's last
+    #: completion; None if no chain WR completed. The order in which a reference target
+    #: must apply NIC-served requests (their linearisation points).
+    nic_time: int | None = None
+    #: a Read-source request's data Read from the initiator completed (successfully,
+    #: before any failure of the connection) at this time: the data is in the block
+    data_read: int | None = None
+    #: FREE (decision C20): when the chain's unbind ran (the entry is unbound in memory,
+    #: whether the NIC served the FREE or handed it over), else None; ``ticket`` is then
+    #: a Tail ticket, taken at ``ticket_time``
+    unbound: int | None = None
+    ticket_time: int | None = None
+    #: ALLOC_STORE: when its Generation add landed in the table (the entry VALID: what
+    #: other connections' LOADs observe), else None
+    bound: int | None = None
+
+    @property
+    def needs_cpu(self) -> bool:
+        return self.served is None
+
+
+class CreditCompletions:
+    """Polling a connection's CQs for finished credits (module docstring)."""
+
+    nic: Nic
+    templates: list[WrTemplate]
+    credits: int
+    signaled: int
+    chain_cq: CompletionQueue
+    recv_cq: CompletionQueue
+    gate_cq: CompletionQueue
+    live: dict[int, _Credit]
+    finished: int
+    free_slots: list[int]
+    errors: list[str]
+    failed_at: int | None
+    slot_not_ready: int
+    _cpu_cqes: list[Cqe]
+    _early: set[int]
+    fa_heads: set[int]
+    binds: set[int]
+    unbinds: set[int]
+    entry_reads: set[int]
+    entry_writes: set[int]
+    data_reads: set[int]
+    completion_sends: dict[int, str]
+
+    if TYPE_CHECKING:
+        def drained(self) -> bool: ...
+        def unfinished(self, now: int) -> list[Finished]: ...
+
+    def _poll_chain(self) -> list[Cqe]:
+        """The chains' CQEs visible now (the CPU's poll of the chain CQ)."""
+        return self.chain_cq.poll(1 << 12)
+
+    def wake_cqs(self) -> list[CompletionQueue]:
+        """The CQs a sleeping CPU wakes on: a new CQE of the chains or of a receive."""
+        return [self.chain_cq, self.recv_cq]
+
+    def arm_wake(self, ev: simpy.Event) -> None:
+        """Succeed ``ev`` at the next CQE of any of :meth:`wake_cqs`."""
+        for cq in self.wake_cqs():
+            cq.notify(ev)
+
+    def cqes_in_flight(self) -> bool:
+        """CQEs generated but not polled yet (their DMA write may still be landing)."""
+        return bool(len(self.chain_cq) or len(self.recv_cq))
+
+    def request_bytes(self, cr: _Credit) -> bytes:
+        """The request as received (the handle sits in the entry Read's WQE)."""
+        mem = self.nic.host.memory
+        b = cr.bufs
+        req = mem.read(b["hdr"], 4) + mem.read(b["ct"] + 4, 20) + mem.read(b["dd"], 16)
+        n = cr.recv_len if cr.recv_len is not None else REQ_LEN
+        body = mem.read(cr.bufs["stg"], max(0, n - REQ_LEN))
+        return (req + body)[:n]
+
+    def _finish_count(self, cr: _Credit) -> int:
+        """CQEs of credit ``cr`` after which the CPU learns that its chain ended."""
+        return self.signaled
+
+    def _full_count(self, cr: _Credit) -> int:
+        """CQEs of credit ``cr`` once nothing of its chain runs any more."""
+        return self.signaled
+
+    def _live_credit(self, number: int) -> _Credit | None:
+        """The live credit a CQE's ``wr_id`` names (the credit number it was posted with)."""
+        return self.live.get(number)
+
+    def poll(self, now: int) -> list[Finished]:
+        """Credits whose chain ended since the last call, in order."""
+        self.gate_cq.poll(1 << 12)  # gate NOP CQEs only feed WAITs: drain them
+        for c in self.recv_cq.poll(1 << 12):
+            cr = self._live_credit(c.wr_id)
+            if cr is not None:
+                cr.recv_len = c.byte_len
+        for c in self._poll_chain():
+            if c.status is not WcStatus.SUCCESS:
+                self.errors.append(c.status.name)
+                if self.failed_at is None or c.time < self.failed_at:
+                    self.failed_at = c.time
+            if c.wr_id & CPU_WR:  # one of the CPU's own work requests (cpu_post)
+                self._cpu_cqes.append(c)
+                continue
+            cr = self._live_credit(c.wr_id >> ROLE_BITS)
+            if cr is None:  # flushed after the failure, its credit already reported
+                assert self.failed_at is not None, c.wr_id
+                continue
+            cr.seen += 1
+            cr.last_time = c.time if cr.last_time is None else max(cr.last_time, c.time)
+            if c.wr_id & COMMIT_TAG == COMMIT_TAG and c.opcode is WcOpcode.RDMA_WRITE:
+                w = self.templates[c.wr_id & 0x3FFF]
+                cr.served = w.name.removeprefix("commit_")
+                cr.commit_time = c.time
+            elif (c.wr_id & 0x3FFF in self.fa_heads
+                  and c.opcode is WcOpcode.MASKED_FETCH_ADD):
+                cr.ticket_taken = True
+                cr.ticket_time = c.time
+            elif (c.wr_id & 0x3FFF in self.completion_sends and c.opcode is WcOpcode.SEND
+                  and c.status is WcStatus.SUCCESS):
+                cr.sent = (self.completion_sends[c.wr_id & 0x3FFF], c.time)
+            elif (c.wr_id & 0x3FFF in self.binds and c.opcode is WcOpcode.MASKED_FETCH_ADD
+                  and c.status is WcStatus.SUCCESS):
+                cr.bound_time = c.time if c.sampled is None else c.sampled
+            elif (c.wr_id & 0x3FFF in self.unbinds and c.opcode is WcOpcode.MASKED_FETCH_ADD
+                  and c.status is WcStatus.SUCCESS):  # it ran (not skipped by its test):
+                cr.unbound_time = c.time if c.sampled is None else c.sampled  # entry written
+            elif c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ:
+                cr.entry_read_time = c.time if c.sampled is None else c.sampled
+            elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
+                cr.entry_write_time = c.time
+            elif (c.wr_id & 0x3FFF in self.data_reads and c.opcode is WcOpcode.RDMA_READ
+                  and c.status is WcStatus.SUCCESS):
+                cr.data_read_time = c.time
+        out = []
+        while self.finished in self.live:
+            cr = self.live[self.finished]
+            if cr.recv_len is None or cr.seen < self._finish_count(cr):
+                break
+            out.append(self._finish(cr, now))
+            if cr.seen < self._full_count(cr):  # WRs run after its gate (dispatch): the
+                self._early.add(cr.number)  # slot is re-posted once they ran
+            else:
+                del self.live[self.finished]
+                self.free_slots.append(cr.number % self.credits)
+            self.finished += 1
+        for n in sorted(self._early):
+            if self.live[n].seen >= self._full_count(self.live[n]):
+                self._early.discard(n)  # its chain has run out: the slot can be re-posted
+                del self.live[n]
+                self.free_slots.append(n % self.credits)
+        if self.failed_at is not None and self.drained():
+            out.extend(self.unfinished(now))
+        return out
+
+    def _finish(self, cr: _Credit, now: int) -> Finished:
+        """The credit's chain ended: what the CPU learns of it."""
+        ticket = None
+        served = cr.served
+        if self.failed_at is not None and (cr.commit_time is None
+                                           or cr.commit_time >= self.failed_at):
+            # committed after the failure: once the connection QP flushed, its CQEs
+            # satisfy the steps' WAIT counts early and the chain's order is lost. Unless
+            # its COMPLETION went out before: all it did before that ran in order
+            served = None
+            if cr.sent is not None and cr.sent[1] < self.failed_at:
+                served = cr.sent[0]
+        taken = cr.ticket_taken or (self.failed_at is not None and "fa" in cr.bufs and
+                                    self.nic.host.memory.read(cr.bufs["fa"], 8)
+                                    != b"\xff" * 8)
+        if taken:  # the FetchAdd's result: Ticket in the high half
+            order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
+                else "little"
+            ticket = self.nic.host.memory.read_u64(cr.bufs["fa"], order) >> 32
+            if served is None and self.failed_at is None:
+                self.slot_not_ready += 1
+        read = cr.data_read_time
+        if read is not None and self.failed_at is not None and read >= self.failed_at:
+            read = None
+        unbound = cr.unbound_time
+        if unbound is None and self.failed_at is not None and "fr_old" in cr.bufs and \
+                self.nic.host.memory.read(cr.bufs["fr_old"], 8) != b"\xff" * 8:
+            unbound = self.failed_at  # it ran; its CQE was lost with the connection
+        return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
+                        self._effect_time(cr), read, unbound,
+                        cr.ticket_time if taken else None, cr.bound_time)
+
+    def arrived(self) -> tuple[int, bytes] | None:
+        """The next credit to finish, if its request has arrived (receive CQE polled)
+        and its chain has not ended yet: (credit, request octets)."""
+        cr = self.live.get(self.finished)
+        if cr is None or cr.recv_len is None or cr.early:
+            return None
+        return cr.number, self.request_bytes(cr)
+
+    def take_early(self, credit: int, now: int) -> Finished:
+        """The CPU takes ``credit``'s request before its chain ends (no variant can serve
+        it: :func:`kbtpsim.chains.dispatch.static_miss`). It is reported now, as a
+        credit the CPU must serve; its chain runs on (every test fails, nothing outside
+        its scratch memory is written) and its slot is re-posted once it has ended."""
+        cr = self.live[credit]
+        assert credit == self.finished and not cr.early, credit
+        cr.early = True
+        self._early.add(credit)
+        self.finished += 1
+        return Finished(cr.number, None, self.request_bytes(cr), now)
+
+    def _effect_time(self, cr: _Credit) -> int | None:
+        """When the credit's request took effect in the NIC (``Finished.nic_time``): an
+        allocation at its FetchAdd on Head, a LOAD when its table-entry Read sampled the
+        entry (a FREE after that instant does not change what it delivers), a STORE at
+        its table-entry Write, otherwise the chain's last completion."""
+        if cr.unbound_time is not None:  # a FREE: at its unbind (C20)
+            return cr.unbound_time
+        if cr.ticket_taken:
+            return cr.ticket_time
+        op = VARIANTS[cr.served].op if cr.served in VARIANTS else None
+        if op == "LOAD" and cr.entry_read_time is not None:
+            return cr.entry_read_time
+        if op == "STORE" and cr.entry_write_time is not None:
+            return cr.entry_write_time
+        return cr.last_time
+
