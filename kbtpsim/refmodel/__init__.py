@@ -1,7 +1,9 @@
 """An independent reference: a second, small executable model of the draft's target-side
 rules (docs/oracle.md, "The reference model").
 
-:mod:`~kbtpsim.refmodel.model` and :mod:`~kbtpsim.refmodel.ring` are written from the
+:mod:`~kbtpsim.refmodel.model` (with its mixins :mod:`~kbtpsim.refmodel.lifecycle`,
+:mod:`~kbtpsim.refmodel.operations` and :mod:`~kbtpsim.refmodel.returns`, and
+:mod:`~kbtpsim.refmodel.constants`) and :mod:`~kbtpsim.refmodel.ring` are written from the
 text of "KV Cache Block Transfer Protocol" over plain dicts, lists and integers; they use
 only :mod:`kbtpsim.wire`, :mod:`kbtpsim.atomics` and :mod:`kbtpsim.errors`.
 :mod:`~kbtpsim.refmodel.adapter` shows the model through the interface of

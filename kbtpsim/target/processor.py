@@ -55,49 +55,31 @@ from kbtpsim.errors import (
 )
 from kbtpsim.target.bytestore import ByteStore
 from kbtpsim.target.chain_hooks import ChainHooks
-from kbtpsim.target.config import PS_PER_MS, Binding, TargetConfig
-from kbtpsim.target.direct import (
-    PARTITION_STAG_BASE,
-    POOL_STAG,
-    RING_STAG_BASE,
-    TABLE_STAG,
-    DirectAccess,
-)
-from kbtpsim.target.effects import (
-    Effect,
-    InvalidateStag,
-    ReadInitiator,
-    SendMessage,
-    WriteInitiator,
-    WriteRecord,
-)
+from kbtpsim.target.completions import Completions
+from kbtpsim.target.config import TargetConfig
+from kbtpsim.target.direct import PARTITION_STAG_BASE, RING_STAG_BASE, DirectAccess
+from kbtpsim.target.effects import Effect
+from kbtpsim.target.freepath import FreePath
 from kbtpsim.target.invariant import check_invariant
 from kbtpsim.target.layout import TargetLayout
+from kbtpsim.target.lifecycle import SessionLifecycle
 from kbtpsim.target.memstore import MemBlockTable, MemFreeRing, MemPool
+from kbtpsim.target.operations import Operations
 from kbtpsim.target.pending import PendingAlloc, PendingFree, PendingRead
 from kbtpsim.target.pool import Pool
-from kbtpsim.target.ring import FreeRing, Ticket
+from kbtpsim.target.ring import FreeRing
 from kbtpsim.target.session import Connection, ConnState, DirectAlloc, InitiatorState
 from kbtpsim.target.stats import OpCounters, QuotaStats, RingStats, TargetStats
 from kbtpsim.target.table import BlockTable
-from kbtpsim.target.validation import DEFINED_FLAGS, Validation
+from kbtpsim.target.validation import Validation
 from kbtpsim.wire import (
     AllocStore,
-    Bind,
     Completion,
-    CompletionRecord,
-    DirectDescriptor,
     Feature,
-    Free,
-    Goodbye,
-    Hello,
     HelloAck,
-    Load,
     Message,
     Opcode,
-    RequestFlag,
     Status,
-    Store,
     TableEntry,
     decode,
     encode,
@@ -105,8 +87,19 @@ from kbtpsim.wire import (
 from kbtpsim.wire.structures import addr_order
 
 
-class Target(ChainHooks, Validation, DirectAccess):
-    """The software KBTP target. All public methods take ``now`` in picoseconds."""
+class Target(ChainHooks, SessionLifecycle, Operations, FreePath, Completions, Validation,
+             DirectAccess):
+    """The software KBTP target. All public methods take ``now`` in picoseconds.
+
+    This class holds the state, the public entry points, inspection and the dispatch of
+    received messages; the rest comes from its mixins: sessions
+    (:mod:`~kbtpsim.target.lifecycle`), validation (:mod:`~kbtpsim.target.validation`),
+    execution (:mod:`~kbtpsim.target.operations`), the free path and the progress of
+    waiting requests (:mod:`~kbtpsim.target.freepath`), completions
+    (:mod:`~kbtpsim.target.completions`), one-sided direct accesses
+    (:mod:`~kbtpsim.target.direct`) and the hooks of a NIC running chains
+    (:mod:`~kbtpsim.target.chain_hooks`).
+    """
 
     def __init__(self, config: TargetConfig, store: ByteStore | None = None,
                  layout: TargetLayout | None = None) -> None:
@@ -244,7 +237,8 @@ class Target(ChainHooks, Validation, DirectAccess):
         return None if pending is None else pending.block
 
     def complete_read(self, token: int, data: bytes, now: int) -> list[Effect]:
-        """The RDMA Read data a :class:`ReadInitiator` effect asked for."""
+        """The RDMA Read data a :class:`~kbtpsim.target.effects.ReadInitiator` effect asked
+        for."""
         pending = self._reads.pop(token, None)
         if pending is None:
             raise ValueError(f"no RDMA Read is pending with token {token}")
@@ -261,39 +255,6 @@ class Target(ChainHooks, Validation, DirectAccess):
         else:
             self._finish_store(pending.conn_id, pending.sess, pending.msg, bytes(data), out)
         self._unblock(pending.conn_id, now, out)
-        self._pump(now, out)
-        return out
-
-    def next_deadline(self) -> int | None:
-        """The earliest ``now`` at which :meth:`advance` has work, or None."""
-        timeout = self.config.ticket_timeout_ms * PS_PER_MS
-        times: list[int] = []
-        for sess in self.initiators.values():
-            if sess.retained_until is not None:
-                times.append(sess.retained_until)
-            if sess.direct is not None and sess.direct.outstanding:
-                times.append(min(sess.direct.outstanding.values()) + timeout)
-        return min(times, default=None)
-
-    def advance(self, now: int) -> list[Effect]:
-        """Expire ticket timeouts and retention times that are due at ``now``."""
-        out: list[Effect] = []
-        timeout = self.config.ticket_timeout_ms * PS_PER_MS
-        for sess in self.initiators.values():
-            direct = sess.direct
-            if direct is not None:
-                expired = sorted(t for t, at in direct.outstanding.items() if at + timeout <= now)
-                if expired and direct.partition_stag is not None and sess.connection_id is not None:
-                    out.append(InvalidateStag(
-                        sess.connection_id, direct.partition_stag, "ticket timeout"
-                    ))
-                if expired:
-                    direct.partition_stag = None  # DIRECT_ALLOC off for this session
-                for ticket in expired:
-                    self._abandon(sess, ticket)
-            if sess.retained_until is not None and sess.retained_until <= now:
-                sess.retained_until = None
-                self._release_all(sess)
         self._pump(now, out)
         return out
 
@@ -383,78 +344,6 @@ class Target(ChainHooks, Validation, DirectAccess):
         """HELLO_ACK and COMPLETION are never sent to a target."""
         self._complete(conn.connection_id, conn.initiator, msg, Malformed.status, None, out)
 
-    def _on_hello(self, conn: Connection, msg: Message, now: int, hold: bool,
-                  out: list[Effect]) -> None:
-        assert isinstance(msg, Hello)
-        sess = self._by_id.get(msg.initiator_id)
-        if (conn.state is ConnState.ESTABLISHED or msg.flags or msg.request_id or msg.handle
-                or msg.generation or msg.status):
-            status = Status.MALFORMED
-        elif sess is None:
-            status = Status.INVALID_HANDLE  # no handle range is configured for this ID
-        elif sess.active:
-            status = Status.ALREADY_BOUND  # the ID belongs to a session still active
-        else:
-            status = Status.OK
-        if status is not Status.OK or sess is None:
-            self._send(conn, HelloAck(status=status), None, out, "HELLO")
-            return
-        cfg = sess.config
-        offered = cfg.features & ~Feature.ADDR_LE
-        if self.config.binding is Binding.RDMAP:
-            offered &= ~Feature.RECORD_COMPLETION
-        features = Feature(msg.requested_features & offered)
-        if self.config.addr_le:
-            features |= Feature.ADDR_LE
-        sess.features = features
-        sess.connection_id = conn.connection_id
-        sess.retained_until = None
-        conn.state = ConnState.ESTABLISHED
-        conn.initiator = sess
-        conn.addr_le = bool(features & Feature.ADDR_LE)
-        extra: dict[str, object] = {}
-        if features & Feature.DIRECT_LOAD:
-            extra["table"] = DirectDescriptor(TABLE_STAG, 0, self.table.count)
-            extra["table_base_handle"] = self.table.base
-            extra["pool"] = DirectDescriptor(POOL_STAG, self.pool.offsets.start,
-                                             self.config.blocks)
-        direct = sess.direct
-        if direct is not None:
-            direct.partition_stag = None
-            if features & Feature.DIRECT_ALLOC:
-                direct.partition_stag = next(self._partition_stags)
-                extra["partition"] = DirectDescriptor(
-                    direct.partition_stag, direct.partition.start, cfg.quota
-                )
-                extra["ring"] = DirectDescriptor(direct.ring_stag, 0, direct.ring.n_slots)
-                extra["head"] = DirectDescriptor(direct.head_stag, 0, 1)
-        ack = HelloAck(
-            features=features,
-            request_credits=self.config.request_credits,
-            block_size=self.config.block_size,
-            max_inline=self.config.max_inline,
-            allocation_quota=cfg.quota,
-            handle_base=cfg.handle_base,
-            handle_count=cfg.handle_count,
-            ticket_timeout_ms=self.config.ticket_timeout_ms,
-            **extra,  # type: ignore[arg-type]
-        )
-        self._send(conn, ack, None, out, "HELLO")
-
-    def _on_goodbye(self, conn: Connection, msg: Message, now: int, hold: bool,
-                    out: list[Effect]) -> None:
-        assert isinstance(msg, Goodbye)
-        sess = conn.initiator
-        if (sess is None or conn.state is not ConnState.ESTABLISHED
-                or msg.flags & ~DEFINED_FLAGS[Opcode.GOODBYE] or msg.status):
-            self._complete(conn.connection_id, sess, msg, Status.MALFORMED, None, out)
-            return
-        self.counters.bump("GOODBYE", "OK")
-        conn.state = ConnState.CONNECTED
-        conn.initiator = None
-        conn.addr_le = False
-        self._end_session(sess, now, release=msg.release, out=out, invalidate=True)
-
     def _on_request(self, conn: Connection, msg: Message, now: int, hold: bool,
                     out: list[Effect]) -> None:
         sess = conn.initiator
@@ -473,321 +362,6 @@ class Target(ChainHooks, Validation, DirectAccess):
             return
         if waiting:
             conn.busy = True
-
-    # ================================================================ execution
-
-    def _exec_load(self, conn: Connection, sess: InitiatorState, msg: Message,
-                   entry: TableEntry, now: int, hold: bool, out: list[Effect]) -> bool:
-        assert isinstance(msg, Load)
-        if entry.data_length:
-            dd = msg.data_descriptor
-            data = self.pool.read(entry.block_offset, entry.data_length)
-            out.append(WriteInitiator(conn.connection_id, dd.stag, dd.tagged_offset, data))
-        self._complete(conn.connection_id, sess, msg, Status.OK, entry, out)
-        return False
-
-    def _exec_store(self, conn: Connection, sess: InitiatorState, msg: Message,
-                    entry: TableEntry, now: int, hold: bool, out: list[Effect]) -> bool:
-        assert isinstance(msg, Store)
-        if msg.inline_data is not None:
-            self._finish_store(conn.connection_id, sess, msg, msg.inline_data, out)
-            return False
-        self._request_read(PendingRead(conn.connection_id, sess, msg), out)
-        return True
-
-    def _exec_alloc_store(self, conn: Connection, sess: InitiatorState, msg: Message,
-                          entry: TableEntry, now: int, hold: bool, out: list[Effect]) -> bool:
-        assert isinstance(msg, AllocStore)
-        ring = sess.direct.ring if sess.direct is not None else self.shared_ring
-        sess.tickets += 1
-        alloc = PendingAlloc(conn.connection_id, sess, msg, ring, ring.take_ticket(), held=hold)
-        if not hold:
-            block = ring.ready(alloc.ticket)
-            if block is not None:
-                return self._got_block(alloc, block, out)
-        self._waiters.append(alloc)
-        return True
-
-    def _exec_free(self, conn: Connection, sess: InitiatorState, msg: Message,
-                   entry: TableEntry, now: int, hold: bool, out: list[Effect]) -> bool:
-        assert isinstance(msg, Free)
-        new_entry = self.table.unbind(msg.handle)
-        sess.bound.discard(msg.handle)
-        pending = PendingFree(conn.connection_id, sess, msg, new_entry)
-        if self.config.free_quiesce:  # draft "Block Free" 3 waits for quiescence (C13)
-            self._park(sess, entry.block_offset, pending)
-            return True
-        if self._free_block(sess, entry.block_offset, pending):
-            return True
-        self._complete(conn.connection_id, sess, msg, Status.OK, new_entry, out)
-        return False
-
-    def _exec_bind(self, conn: Connection, sess: InitiatorState, msg: Message,
-                   entry: TableEntry, now: int, hold: bool, out: list[Effect]) -> bool:
-        assert isinstance(msg, Bind) and sess.direct is not None
-        direct = sess.direct
-        del direct.outstanding[msg.ticket]
-        sess.tickets -= 1
-        self._consume(direct.ring, direct.ring.slot_offset_of(msg.ticket), out)
-        new_entry = self.table.bind(msg.handle, msg.block_offset, msg.data_length, sealed=False)
-        sess.bound.add(msg.handle)
-        self._complete(conn.connection_id, sess, msg, Status.OK, new_entry, out)
-        return False
-
-    # --- steps shared by the operations -------------------------------------------------
-
-    def _request_read(self, pending: PendingRead, out: list[Effect]) -> None:
-        token = next(self._tokens)
-        self._reads[token] = pending
-        dd = pending.msg.data_descriptor
-        out.append(ReadInitiator(pending.conn_id, token, dd.stag, dd.tagged_offset, dd.length))
-
-    def _finish_store(self, conn_id: int, sess: InitiatorState, msg: Store, data: bytes,
-                      out: list[Effect]) -> None:
-        entry = self.table.get(msg.handle)
-        self.pool.write(entry.block_offset, data)
-        seal = bool(msg.flags & RequestFlag.SEAL)
-        new_entry = self.table.update(msg.handle, len(data), seal)
-        self._complete(conn_id, sess, msg, Status.OK, new_entry, out)
-
-    def _finish_alloc_store(self, conn_id: int, sess: InitiatorState, msg: AllocStore,
-                            block: int, data: bytes, out: list[Effect]) -> None:
-        self.pool.write(block, data)
-        seal = bool(msg.flags & RequestFlag.SEAL)
-        entry = self.table.bind(msg.handle, block, len(data), seal)
-        sess.tickets -= 1
-        sess.bound.add(msg.handle)
-        self._complete(conn_id, sess, msg, Status.OK, entry, out)
-
-    def _got_block(self, alloc: PendingAlloc, block: int, out: list[Effect]) -> bool:
-        """An allocation read its slot: consume it and go on. True if still waiting."""
-        self._consume(alloc.ring, alloc.ticket.slot_offset, out)
-        msg = alloc.msg
-        if msg is None or alloc.conn_id is None:  # a reclaim
-            alloc.sess.tickets -= 1
-            self._free_block(alloc.sess, block, None, clear=False)
-            return False
-        if msg.inline_data is not None:
-            self._finish_alloc_store(alloc.conn_id, alloc.sess, msg, block, msg.inline_data, out)
-            return False
-        self.held_blocks[block] = alloc.sess.name
-        self._request_read(PendingRead(alloc.conn_id, alloc.sess, msg, block), out)
-        return True
-
-    def _consume(self, ring: FreeRing, slot_offset: int, out: list[Effect]) -> None:
-        """Mark a slot consumed; complete a FREE whose deferred write this lets through."""
-        for write in ring.consume(slot_offset):
-            pending = self._frees.pop((ring.name, write.ticket))
-            pending.sess.freeing -= 1
-            if pending.msg is not None and pending.conn_id is not None:
-                self._done_frees.append(pending)  # completed by _pump, after the consumer
-
-    def _free_block(self, sess: InitiatorState, block: int, pending: PendingFree | None,
-                    clear: bool = True, ticket: int | None = None,
-                    park: bool = True) -> bool:
-        """Return a block to its ring (clearing it if needed). True if the write waits.
-
-        ``ticket``: a Tail ticket already taken for it (by a FetchAdd through the NIC).
-        With ``tail_via_nic`` every other return to the shared ring waits in
-        :attr:`quiescing` instead, until the caller has taken a Tail ticket through the
-        NIC and calls :meth:`quiesced` with it (decision C20); ``park=False`` is that
-        call's own return."""
-        ring = self.ring_of(block)
-        if ticket is None and park and self.config.tail_via_nic and ring is self.shared_ring:
-            self._park(sess, block, pending or PendingFree(None, sess, None, None))
-            return True
-        if clear and self._must_clear(ring, sess):
-            self.pool.clear(block)
-        write, deferred = ring.free(block, ticket)
-        if deferred:
-            sess.freeing += 1
-            self._frees[(ring.name, write.ticket)] = pending or PendingFree(None, sess, None, None)
-        return deferred
-
-    def _must_clear(self, ring: FreeRing, owner: InitiatorState) -> bool:
-        """Clear a freed block if the ring may hand it to another trust domain."""
-        if ring is not self.shared_ring:
-            return False  # a DIRECT_ALLOC partition serves only its owner
-        domain = owner.config.trust_domain
-        return any(
-            s.config.trust_domain != domain
-            for s in self.initiators.values()
-            if s.direct is None
-        )
-
-    def _abandon(self, sess: InitiatorState, ticket: int) -> None:
-        direct = sess.direct
-        assert direct is not None
-        del direct.outstanding[ticket]
-        direct.abandoned.add(ticket)
-        ring = direct.ring
-        self._waiters.append(
-            PendingAlloc(None, sess, None, ring, Ticket(ticket, ring.slot_offset_of(ticket)))
-        )
-
-    def _release_all(self, sess: InitiatorState) -> None:
-        for handle in sorted(sess.bound):
-            entry = self.table.get(handle)
-            self.table.unbind(handle)
-            if self.config.free_quiesce:
-                self._park(sess, entry.block_offset, PendingFree(None, sess, None, None))
-            else:
-                self._free_block(sess, entry.block_offset, None)
-        sess.bound.clear()
-
-    def _park(self, sess: InitiatorState, block: int, pending: PendingFree) -> None:
-        """free_quiesce: the entry is unbound; the block waits for :meth:`quiesced`
-        (usage until then, as a deferred free's)."""
-        sess.freeing += 1
-        self._quiescing[block] = pending
-
-    @property
-    def quiescing(self) -> list[int]:
-        """free_quiesce: blocks unbound by a free whose ring write waits for
-        :meth:`quiesced`, oldest first."""
-        return list(self._quiescing)
-
-    def quiesced(self, block_offset: int, now: int, ticket: int | None = None,
-                 ticket_time: int | None = None) -> list[Effect]:
-        """free_quiesce (decision C13): nothing reads ``block_offset`` under the entry
-        its free unbound any more. Return it to its ring (draft, "Block Free" 3: cleared
-        first if need be; the slot write deferred while the slot is unconsumed) and
-        complete the FREE (4) if its connection is still there. ``ticket``: the Tail
-        ticket the caller took for it through the NIC (``tail_via_nic``, decision C20),
-        at ``ticket_time`` (for observers); None: the target takes one itself."""
-        pending = self._quiescing.pop(block_offset, None)
-        if pending is None:
-            raise ValueError(f"block 0x{block_offset:x} does not wait for quiescence")
-        pending.sess.freeing -= 1
-        out: list[Effect] = []
-        deferred = self._free_block(pending.sess, block_offset,
-                                    pending if pending.msg is not None else None,
-                                    ticket=ticket, park=False)
-        if not deferred and pending.msg is not None and pending.conn_id is not None:
-            self._done_frees.append(pending)
-        self._pump(now, out)
-        return out
-
-    def _end_session(self, sess: InitiatorState, now: int, release: bool,
-                     out: list[Effect], invalidate: bool) -> None:
-        """GOODBYE or connection failure: detach, abandon direct tickets, drop waits."""
-        conn_id = sess.connection_id
-        sess.connection_id = None
-        direct = sess.direct
-        if direct is not None:
-            if invalidate and direct.partition_stag is not None and conn_id is not None:
-                out.append(InvalidateStag(conn_id, direct.partition_stag, "session ended"))
-            direct.partition_stag = None
-            for ticket in sorted(direct.outstanding):
-                self._abandon(sess, ticket)
-        for alloc in self._waiters:
-            if alloc.conn_id == conn_id:
-                alloc.conn_id, alloc.msg, alloc.held = None, None, False
-        for token, read in list(self._reads.items()):
-            if read.conn_id == conn_id:
-                del self._reads[token]
-                if read.block is not None:
-                    del self.held_blocks[read.block]
-                    sess.tickets -= 1
-                    self._free_block(sess, read.block, None, clear=False)
-        self._done_frees = [f for f in self._done_frees if f.conn_id != conn_id]
-        for pending in [*self._frees.values(), *self._quiescing.values()]:
-            if pending.conn_id == conn_id:
-                pending.conn_id, pending.msg = None, None
-        if release:
-            self._release_all(sess)
-            sess.retained_until = None
-        else:
-            sess.retained_until = now + self.config.retention_ms * PS_PER_MS
-            if not sess.bound:
-                sess.retained_until = None  # nothing to retain
-
-    def _pump(self, now: int, out: list[Effect]) -> None:
-        """Let waiting allocations read slots that are now written; drain queues."""
-        progress = True
-        while progress:
-            progress = False
-            while self._done_frees:
-                pending = self._done_frees.pop(0)
-                assert pending.msg is not None and pending.conn_id is not None
-                assert pending.entry is not None
-                self._complete(pending.conn_id, pending.sess, pending.msg, Status.OK,
-                               pending.entry, out)
-                conn = self.connections.get(pending.conn_id)
-                if conn is not None:
-                    conn.busy = False
-                progress = True
-            for alloc in list(self._waiters):
-                if alloc.held:
-                    continue
-                block = alloc.ring.ready(alloc.ticket)
-                if block is None:
-                    continue
-                self._waiters.remove(alloc)
-                progress = True
-                if not self._got_block(alloc, block, out) and alloc.conn_id is not None:
-                    conn = self.connections.get(alloc.conn_id)
-                    if conn is not None:
-                        conn.busy = False
-                break  # complete the frees it let through before anything else
-            if progress:
-                continue
-            for conn in list(self.connections.values()):
-                if not conn.busy and conn.queue:
-                    progress = True
-                    self._drain(conn, now, out)
-
-    def _drain(self, conn: Connection, now: int, out: list[Effect]) -> None:
-        while not conn.busy and conn.queue and conn.connection_id in self.connections:
-            data, hold = conn.queue.popleft()
-            self._process(conn, data, now, hold, out)
-
-    def _unblock(self, conn_id: int, now: int, out: list[Effect]) -> None:
-        conn = self.connections.get(conn_id)
-        if conn is not None:
-            conn.busy = False
-            self._drain(conn, now, out)
-
-    # ================================================================ completions
-
-    def _complete(self, conn_id: int, sess: InitiatorState | None, msg: Message,
-                  status: Status, entry: TableEntry | None, out: list[Effect]) -> None:
-        """Answer ``msg`` with ``status`` (COMPLETION message or completion record)."""
-        if entry is not None:
-            generation, length, offset = entry.generation, entry.data_length, entry.block_offset
-        elif status in (Status.INVALID_HANDLE, Status.MALFORMED) or sess is None:
-            generation, length, offset = 0, 0, 0
-        else:
-            generation, length, offset = self.table.get(msg.handle).generation, 0, 0
-        conn = self.connections.get(conn_id)
-        if conn is None:
-            return  # the connection is gone: nobody to complete to
-        op = msg.opcode.name
-        cd = getattr(msg, "completion_descriptor", None)
-        if (cd is not None and sess is not None and status is not Status.MALFORMED
-                and sess.features & Feature.RECORD_COMPLETION):
-            record = CompletionRecord(msg.request_id, status, generation, length, offset)
-            out.append(WriteRecord(conn_id, cd.stag, cd.tagged_offset, record,
-                                   record.encode(conn.addr_le)))
-            self.counters.bump(op, status.name)
-            return
-        invalidate = None
-        dd = getattr(msg, "data_descriptor", None)
-        if (dd is not None and msg.flags & RequestFlag.INVALIDATE
-                and not msg.flags & RequestFlag.INLINE):
-            invalidate = dd.stag
-        completion = Completion(
-            request_id=msg.request_id, handle=msg.handle, generation=generation,
-            status=status, data_length=length, block_offset=offset,
-        )
-        out.append(SendMessage(conn_id, completion, encode(completion, conn.addr_le),
-                               invalidate))
-        self.counters.bump(op, status.name)
-
-    def _send(self, conn: Connection, msg: Message, invalidate: int | None,
-              out: list[Effect], op: str) -> None:
-        out.append(SendMessage(conn.connection_id, msg, encode(msg, conn.addr_le), invalidate))
-        self.counters.bump(op, Status(msg.status).name)
 
 
 Handler = Callable[[Target, Connection, Message, int, bool, list[Effect]], None]
