@@ -175,3 +175,31 @@ def test_a_nic_allocation_is_linearised_when_its_entry_turns_valid() -> None:
                             chains="v2", free_on_nic=True,
                             faults=parse_faults("stall,reorder,slot,drop")))
     assert res.divergences == [], [d.as_dict() for d in res.divergences[:3]]
+
+
+def test_free_on_the_nic_refuses_two_trust_domains() -> None:
+    """A freed block must be cleared before another trust domain may get it, which the
+    FREE chain does not do; nor can chains v1 or a profile without native conditions
+    run it: the server refuses with one line naming why."""
+    from kbtpsim.chains.server import OffloadedTargetServer, free_on_nic_blockers
+    from kbtpsim.nic import Simulation
+    from kbtpsim.target import InitiatorConfig, TargetConfig
+
+    inis = (InitiatorConfig("a", b"a" * 16, 2, 0x100, 16),
+            InitiatorConfig("b", b"b" * 16, 2, 0x200, 16, trust_domain="other"))
+    config = TargetConfig(blocks=8, block_size=4096, initiators=inis)
+    assert any("trust domains" in w for w in
+               free_on_nic_blockers("v2", get_profile("ideal-be"), config))
+    assert len(free_on_nic_blockers("v1", get_profile("cx5"), config)) == 4
+    with pytest.raises(ValueError, match=r"FREE on the NIC .*trust domains"):
+        OffloadedTargetServer(Simulation(), config, profile="ideal-be", chains="v2",
+                              free_on_nic=True)
+
+
+def test_check_runs_campaigns_with_free_on_the_nic(capsys: pytest.CaptureFixture[str]) -> None:
+    from kbtpsim.cli import main
+
+    assert main(["check", "--seed", "1", "--profiles", "ideal-be", "--addr-le", "off",
+                 "--mix", "race", "--ops", "24", "--phases", "1", "--free-on-nic"]) == 0
+    out = capsys.readouterr().out
+    assert "FREE on the NIC" in out and "0 diverged" in out
