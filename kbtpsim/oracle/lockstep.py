@@ -200,8 +200,27 @@ class _Run:
         if not out or final:
             out += compare_state(self.server.tap.inner, self.server.nic.host.memory,
                                  self.shadow, self.shadow.nic_counts)
+            out += self._reader_counts()
         out.sort(key=lambda d: d.order)
         return out
+
+    def _reader_counts(self) -> list[Divergence]:
+        """FREE on the NIC (decision C20): at a quiescent point no LOAD runs, so every
+        handle's reader count is back to 0; one left raised would send every later FREE
+        of that handle to the CPU."""
+        rk = getattr(self.server, "_readers_key", None)
+        if rk is None:
+            return []
+        n = rk.length // rk.stride
+        raw = self.server.nic.host.memory.read(rk.addr, rk.entry_size * n)
+        base = rk.base_to // rk.stride
+        raised = [hex(base + i) for i in range(n)
+                  if raw[i * rk.entry_size:(i + 1) * rk.entry_size] != bytes(rk.entry_size)]
+        if not raised:
+            return []
+        return [Divergence("state", "reader counts left raised at a quiescent point (no LOAD "
+                           f"runs): handles {', '.join(raised[:8])}"
+                           + (" ..." if len(raised) > 8 else ""))]
 
     def go(self) -> Result:
         spec = self.spec
