@@ -203,3 +203,15 @@ def test_check_runs_campaigns_with_free_on_the_nic(capsys: pytest.CaptureFixture
                  "--mix", "race", "--ops", "24", "--phases", "1", "--free-on-nic"]) == 0
     out = capsys.readouterr().out
     assert "FREE on the NIC" in out and "0 diverged" in out
+
+
+def test_a_reader_count_left_raised_is_reported() -> None:
+    """The LOAD's - 1 adds 0 (a chain bug the verifier's rule readers also rejects): the
+    campaign's quiescent point finds the counts raised."""
+    def no_unread(chain) -> None:  # type: ignore[no-untyped-def]
+        chain.wr("load_unread").fields["swap_add"] = Const(0, "+ 0 (broken)")
+
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=32,
+                            mix="valid", chains="v2", free_on_nic=True), no_unread)
+    assert any("reader counts left raised" in d.detail for d in res.divergences), \
+        [d.as_dict() for d in res.divergences[:3]]
