@@ -47,6 +47,10 @@ CASES = (
          ("stop.operations=1000", "target.mode=two_sided")),
     Case("block-512k", "scenarios/eval-block-size.yaml",
          ("stop.operations=150", "target.block_size=512KiB")),
+    # FREE on the NIC (decision C20): the LOADs' reader counts, Tail tickets via the NIC
+    Case("free-on-nic", "scenarios/eval-cx5-load-heavy.yaml",
+         ("stop.operations=200", "target.nic.profile=ideal-be",
+          "initiators[0].nic.profile=ideal-be", "target.operations={free: offload}")),
 )
 
 
