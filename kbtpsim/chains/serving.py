@@ -74,6 +74,10 @@ class CreditServing:
                          else f.nic_time))
         if f.ticket is not None:
             self._log_ticket(f.ticket)
+            if f.bound is not None:  # an allocation: its ticket at its FetchAdd on Head,
+                # the rest (slot, data, entry) when its entry turned VALID (decision R1)
+                self.log[-1] = ("nic_hold", *self.log[-1][1:])
+                self.log.append(("nic_slot", cc.conn_id, f.request, f.bound))
         self.cpu.count(CHAIN)
         yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
         if f.ticket is None:  # LOAD, STORE: only the completion counter

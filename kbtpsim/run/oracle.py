@@ -104,11 +104,11 @@ def _request_of(server: Any, conn_id: int, request_id: int, addr_le: bool
     request, when it took effect); the last such entry (Request IDs may be reused)."""
     found = None
     for entry in getattr(server, "log", ()):
-        if entry[0] not in ("handle", "nic") or entry[1] != conn_id:
+        if entry[0] not in ("handle", "nic", "nic_hold") or entry[1] != conn_id:
             continue
         msg = _decoded(entry[2], addr_le)
         if msg is not None and msg.request_id == request_id:
-            found = ("the NIC chain" if entry[0] == "nic" else "the target CPU", msg,
+            found = ("the NIC chain" if entry[0] != "handle" else "the target CPU", msg,
                      entry[3])
     return found
 

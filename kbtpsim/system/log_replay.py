@@ -24,8 +24,10 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
     Entries are applied in time order (their last element; a stable sort, so entries of
     one instant keep the server's order): an offloaded server logs a request its NIC
     served (``("nic", conn, request, time)``) when its CPU notices it, with the time the
-    NIC ran it. Such a request's RDMA Read of store data is answered at once with
-    ``read_source`` (the NIC read the initiator's buffer itself).
+    NIC ran it; an allocation in two entries, ``("nic_hold", ...)`` at its ticket and
+    ``("nic_slot", conn, request, time)`` when its entry turned VALID. Such a request's
+    RDMA Read of store data is answered at once with ``read_source`` (the NIC read the
+    initiator's buffer itself).
 
     ``tickets`` (log index -> shared-ring Ticket the entry took) fixes the order of
     allocations: a Ticket is an allocation's linearisation point, and the NIC's FetchAdds
@@ -57,8 +59,15 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
             ref.connect(entry[1], now)
         elif kind == "handle":
             out += note(ref.handle(entry[1], entry[2], now))
-        elif kind == "nic":
-            effects = ref.handle(entry[1], entry[2], now)
+        elif kind in ("nic", "nic_hold", "nic_slot"):
+            # a request the NIC served: whole, or an allocation in two steps (its ticket,
+            # then the rest when its entry turned VALID); RDMA Reads of its store data
+            # answered at once with read_source (the NIC read the initiator's buffer)
+            if kind == "nic_slot":
+                effects = ref.read_slot(entry[1], now)
+            else:
+                effects = ref.handle(entry[1], entry[2], now,
+                                     hold_after_ticket=kind == "nic_hold")
             while effects:
                 e = effects.pop(0)
                 if isinstance(e, ReadInitiator):
