@@ -70,14 +70,15 @@ class CreditServing:
             return
         # for replay(): the request took effect when the NIC ran it (the reference sorts
         # the log by time); its store data, if any, is the initiator's (read_source)
-        self.log.append(("nic", cc.conn_id, f.request, now if f.nic_time is None
-                         else f.nic_time))
+        # an allocation: its ticket at its FetchAdd on Head, the rest (slot, data, entry)
+        # when its entry turned VALID (decision R1)
+        two = f.ticket is not None and f.bound is not None
+        self.log.append(("nic_hold" if two else "nic", cc.conn_id, f.request,
+                         now if f.nic_time is None else f.nic_time))
         if f.ticket is not None:
             self._log_ticket(f.ticket)
-            if f.bound is not None:  # an allocation: its ticket at its FetchAdd on Head,
-                # the rest (slot, data, entry) when its entry turned VALID (decision R1)
-                self.log[-1] = ("nic_hold", *self.log[-1][1:])
-                self.log.append(("nic_slot", cc.conn_id, f.request, f.bound))
+        if two:
+            self.log.append(("nic_slot", cc.conn_id, f.request, f.bound))
         self.cpu.count(CHAIN)
         yield from self.cpu.spend(CHAIN, self.cpu.poll_ps)
         if f.ticket is None:  # LOAD, STORE: only the completion counter
