@@ -74,7 +74,7 @@ class CreditCompletions:
     slot_not_ready: int
     _cpu_cqes: list[Cqe]
     _early: set[int]
-    fa_heads: set[int]
+    ticket_fas: set[int]
     binds: set[int]
     unbinds: set[int]
     entry_reads: set[int]
@@ -149,7 +149,7 @@ class CreditCompletions:
                 w = self.templates[c.wr_id & 0x3FFF]
                 cr.served = w.name.removeprefix("commit_")
                 cr.commit_time = c.time
-            elif (c.wr_id & 0x3FFF in self.fa_heads
+            elif (c.wr_id & 0x3FFF in self.ticket_fas
                   and c.opcode is WcOpcode.MASKED_FETCH_ADD):
                 cr.ticket_taken = True
                 cr.ticket_time = c.time

@@ -77,7 +77,7 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         self.alloc_arms = [f"arm_{v}" for v in ("alloc_inline", "alloc_read")
                            if f"commit_{v}" in names]
         #: the FetchAdds that take a ticket: on Head (ALLOC_STORE) or Tail (FREE, C20)
-        self.fa_heads = {i for i, w in enumerate(self.templates)
+        self.ticket_fas = {i for i, w in enumerate(self.templates)
                          if w.name.endswith(("_fa_head", "_fa_tail"))}
         #: ALLOC_STORE's Generation adds (the entry becomes VALID), by position
         self.binds = {i for i, w in enumerate(self.templates)
