@@ -39,6 +39,7 @@ class ChainRecovery(_Base):
 
     _chain_conns: dict[int, _ChainConn]
     salvaged: dict[str, int]
+    cut_loads: set[int]
     fallback_reasons: dict[str, dict[str, int]]
 
     if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class ChainRecovery(_Base):
         after the QP's asynchronous error event: ``ibv_modify_qp`` to ERR, drain the CQs,
         read back its scratch memory."""
         env, cpu, cs = self.env, self.cpu, cc.chains
+        self._note_cut_loads(cc)
         if not cs.software:
             cs.stop(int(env.now))
             deadline = env.now + QUIESCE_PS
@@ -85,6 +87,20 @@ class ChainRecovery(_Base):
                 cc.orphans.clear()
         yield from self.run_on_cpu(
             "DISCONNECT", lambda now: self._call(("disconnect", cc.conn_id), now))
+
+    def _note_cut_loads(self, cc: _ChainConn) -> None:
+        """Decision C20: the handles of the LOADs the failure cuts (their credits had
+        arrived and not ended). Such a LOAD's reader count may stay raised: its - 1 is
+        flushed with the connection (and a FetchAdd whose QP fails before its response
+        arrives may or may not have run). That is safe (the handle's FREEs then go to the
+        CPU, which quiesces them, C13); ``cut_loads`` names them for the oracle's
+        reader-count check."""
+        cs = cc.chains
+        order = "little" if cs.chain.addr_le else "big"
+        for cr in cs.live.values():
+            request = cs.request_bytes(cr) if cr.recv_len is not None else b""
+            if len(request) >= 20 and request[1] == 0x10:  # LOAD
+                self.cut_loads.add(int.from_bytes(request[12:20], order))
 
     def _salvage(self, cc: _ChainConn, f: Finished) -> Gen:
         """A credit of a failed connection that the CPU had not served (decision O5).

@@ -166,6 +166,9 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
         self._early_reasons: dict[tuple[int, int], str] = {}
         #: log index -> the shared-ring Ticket that entry took (replay(tickets=))
         self.log_tickets: dict[int, int] = {}
+        #: handles of LOADs cut by a connection failure (their reader counts ambiguous,
+        #: decision C20: ChainRecovery._note_cut_loads)
+        self.cut_loads: set[int] = set()
         self._init_quiescence()
         super().__init__(sim, config, profile=prof, **kw)
         assert self.layout is not None

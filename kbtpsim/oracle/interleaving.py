@@ -241,6 +241,40 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
+                         observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """Decision C20 with a failure: B's LOAD of A's sealed handle h counts itself a reader
+    (its FetchAdd + 1 ran), is held before its data Write, and B's connection fails: its
+    - 1 is flushed with the connection, so h's count stays raised. A's FREE of h
+    afterwards is handed to the CPU, which quiesces it (C13): safe. ``observe`` gets the
+    server (``"server"``)."""
+    faults = Faults(delay=DelayChain("B", "load", "load_write", 100_000.0))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains="v2",
+                free_on_nic=True)
+    bs = 512
+    pool = Pool(initiators=(("A", X_HANDLE, "default", 2), ("B", X_HANDLE + 0x20, "default",
+                                                            0)), blocks=2, block_size=bs)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    a, b = run.inis["A"], run.inis["B"]
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield env.all_of([a.connect(server), b.connect(server)])
+        run.new_connections()
+        run.keep(a, (yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
+        load = b.load(X_HANDLE, invalidate=False)
+        yield env.timeout(30_000_000)  # B's chain counted itself, waits at its Write
+        b.close()
+        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+            yield load
+        yield env.timeout(50_000_000)  # the target salvages B's connection
+        run.keep(a, (yield a.free(X_HANDLE)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
 def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
                        observe: dict[str, Any] | None = None, chains: str = "v2",
                        transform: Any = None) -> list[Divergence]:
@@ -345,6 +379,7 @@ def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
 
 
 __all__ = ["BLOCK", "Outcome", "run_allocs_then_loads", "run_drop_during_allocation",
+           "run_drop_during_load",
            "run_generation_wrap",
            "run_interleaving", "run_load_during_free", "run_load_then_store",
            "run_unsealed_loads"]

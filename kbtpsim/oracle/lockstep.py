@@ -207,19 +207,23 @@ class _Run:
     def _reader_counts(self) -> list[Divergence]:
         """FREE on the NIC (decision C20): at a quiescent point no LOAD runs, so every
         handle's reader count is back to 0; one left raised would send every later FREE
-        of that handle to the CPU."""
+        of that handle to the CPU. Except a handle a LOAD cut by a connection failure
+        read: its FetchAdd's QP failed before the CPU could learn whether it ran."""
         rk = getattr(self.server, "_readers_key", None)
         if rk is None:
             return []
         n = rk.length // rk.stride
         raw = self.server.nic.host.memory.read(rk.addr, rk.entry_size * n)
         base = rk.base_to // rk.stride
+        cut = self.server.cut_loads  # LOADs a connection failure cut: ambiguous counts
         raised = [hex(base + i) for i in range(n)
-                  if raw[i * rk.entry_size:(i + 1) * rk.entry_size] != bytes(rk.entry_size)]
+                  if raw[i * rk.entry_size:(i + 1) * rk.entry_size] != bytes(rk.entry_size)
+                  and base + i not in cut]
         if not raised:
             return []
         return [Divergence("state", "reader counts left raised at a quiescent point (no LOAD "
-                           f"runs): handles {', '.join(raised[:8])}"
+                           "runs, and no LOAD of the handle was cut by a connection "
+                           f"failure): handles {', '.join(raised[:8])}"
                            + (" ..." if len(raised) > 8 else ""))]
 
     def go(self) -> Result:

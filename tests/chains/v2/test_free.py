@@ -215,3 +215,17 @@ def test_a_reader_count_left_raised_is_reported() -> None:
                             mix="valid", chains="v2", free_on_nic=True), no_unread)
     assert any("reader counts left raised" in d.detail for d in res.divergences), \
         [d.as_dict() for d in res.divergences[:3]]
+
+
+def test_a_reader_count_a_failed_connection_leaves_raised_is_safe() -> None:
+    """B's LOAD counted itself a reader, then B's connection failed before its - 1: the
+    count stays raised (the server names the handle in ``cut_loads``), so A's FREE of
+    the handle afterwards goes to the CPU, which serves it; the oracle agrees."""
+    from kbtpsim.oracle.interleaving import run_drop_during_load
+
+    seen: dict[str, object] = {}
+    divs = run_drop_during_load(observe=seen)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    server = seen["server"]
+    assert server.served["FREE"] == {"nic": 0, "cpu": 1}  # type: ignore[attr-defined]
+    assert 0x100 in server.cut_loads  # type: ignore[attr-defined]
