@@ -9,14 +9,16 @@ so that one atomic unit orders every update of Head and Tail.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from kbtpsim.errors import DecodeError, KbtpError
 from kbtpsim.target.effects import Effect
 from kbtpsim.target.pending import PendingAlloc, PendingFree
 from kbtpsim.target.ring import Ticket
 from kbtpsim.target.session import Connection, ConnState, InitiatorState
-from kbtpsim.wire import AllocStore, EntryFlag, Free, Status, decode
+from kbtpsim.wire import AllocStore, EntryFlag, Free, Message, Status, decode
+
+_M = TypeVar("_M", bound=Message)
 
 if TYPE_CHECKING:
     from kbtpsim.target.config import TargetConfig
@@ -54,7 +56,6 @@ class ChainHooks:
                         clear: bool = True, ticket: int | None = None,
                         park: bool = True) -> bool: ...
 
-
     def note_chain_op(self, op: str) -> None:
         """A NIC chain served a LOAD or STORE (fast paths complete with OK only): count
         its completion, as handling it here would have. The chain read or wrote the
@@ -70,13 +71,8 @@ class ChainHooks:
         and bound the handle, all in memory. Record the binding (quota usage) and the
         completion's counter, and perform a free deferred on that slot, as consuming it in
         software would (its FREE completes now). Returns the effects (such completions)."""
-        conn = self._conn(connection_id)
-        sess = conn.initiator
-        if sess is None:
-            raise ValueError(f"connection {connection_id} has no session")
-        msg = decode(data, conn.addr_le)
-        if not isinstance(msg, AllocStore):
-            raise ValueError("note_chain_alloc: not an ALLOC_STORE")
+        _, sess, msg = self._chain_request(connection_id, data, AllocStore, "an ALLOC_STORE",
+                                           "note_chain_alloc", established=False)
         ring = sess.direct.ring if sess.direct is not None else self.shared_ring
         out: list[Effect] = []
         self._consumed_elsewhere(ring, ring.slot_offset_of(ticket))
@@ -119,13 +115,8 @@ class ChainHooks:
         slot if need be, consume it, write the data, bind, complete, exactly as
         :meth:`handle` would after its own FetchAdd. The request must pass validation (the
         chain checked it); a failure here is a chain/target disagreement and raises."""
-        conn = self._conn(connection_id)
-        sess = conn.initiator
-        if sess is None or conn.state is not ConnState.ESTABLISHED:
-            raise ValueError(f"connection {connection_id} has no session")
-        msg = decode(data, conn.addr_le)
-        if not isinstance(msg, AllocStore):
-            raise ValueError("finish_allocation: not an ALLOC_STORE")
+        conn, sess, msg = self._chain_request(connection_id, data, AllocStore,
+                                              "an ALLOC_STORE", "finish_allocation")
         self._check_alloc_store(sess, msg)  # raises KbtpError: the chain should not have run
         ring = sess.direct.ring if sess.direct is not None else self.shared_ring
         if not 0 <= ticket <= 0xFFFFFFFF:
@@ -184,15 +175,19 @@ class ChainHooks:
 
     # --- FREE on the NIC (decision C20) ---------------------------------------------
 
-    def _chain_free(self, connection_id: int, data: bytes) -> tuple[Connection, InitiatorState,
-                                                                     Free]:
+    def _chain_request(self, connection_id: int, data: bytes, cls: type[_M], what: str,
+                       hook: str, established: bool = True
+                       ) -> tuple[Connection, InitiatorState, _M]:
+        """The connection, its session and the decoded request a chain hook is told of;
+        no session (or, with ``established``, one not established), or a request other
+        than ``cls`` (``what``), is a chain/target disagreement and raises."""
         conn = self._conn(connection_id)
         sess = conn.initiator
-        if sess is None or conn.state is not ConnState.ESTABLISHED:
+        if sess is None or (established and conn.state is not ConnState.ESTABLISHED):
             raise ValueError(f"connection {connection_id} has no session")
         msg = decode(data, conn.addr_le)
-        if not isinstance(msg, Free):
-            raise ValueError("a chain FREE hook with a request that is not a FREE")
+        if not isinstance(msg, cls):
+            raise ValueError(f"{hook}: not {what}")
         return conn, sess, msg
 
     def note_chain_free(self, connection_id: int, data: bytes, ticket: int,
@@ -203,7 +198,8 @@ class ChainHooks:
         COMPLETION, all in memory (draft, "Block Free" 1-4). Record the unbinding (quota
         usage) and the completion's counter; an allocation waiting for that slot goes
         on. Returns the effects."""
-        _, sess, msg = self._chain_free(connection_id, data)
+        _, sess, msg = self._chain_request(connection_id, data, Free, "a FREE",
+                                           "note_chain_free")
         ring = self.shared_ring
         if not 0 < (ring.tail_ticket - ticket) & 0xFFFFFFFF <= ring.n_slots:
             raise ValueError(f"note_chain_free: Tail ticket {ticket} was not taken "
@@ -225,7 +221,8 @@ class ChainHooks:
         the allocation that owns it (draft, "Free-Block Ring", Free: deferred). The FREE
         completes once its block is back. The entry must be unbound as the chain leaves
         it; anything else is a chain/target disagreement and raises."""
-        conn, sess, msg = self._chain_free(connection_id, data)
+        conn, sess, msg = self._chain_request(connection_id, data, Free, "a FREE",
+                                              "finish_free")
         entry = self.table.get(msg.handle)
         if entry.flags & EntryFlag.VALID:
             raise ValueError(f"finish_free: handle 0x{msg.handle:x} is still VALID")
