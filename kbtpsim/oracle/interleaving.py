@@ -183,6 +183,16 @@ def _solo_run(spec: Spec, transform: Any, blocks: int) -> tuple[_Run, Any]:
     return run, run.inis["A"]
 
 
+def _owner_and_loader(spec: Spec, transform: Any, blocks: int, bs: int) -> tuple[_Run, Any, Any]:
+    """A scripted run of A (handles from ``X_HANDLE``, a quota of the whole pool of
+    ``blocks`` blocks of ``bs`` octets) and B (no quota: it LOADs A's handles): the run,
+    A and B."""
+    pool = Pool(initiators=(("A", X_HANDLE, "default", blocks),
+                            ("B", X_HANDLE + 0x20, "default", 0)), blocks=blocks, block_size=bs)
+    run = _Run(spec, transform, pool)
+    return run, run.inis["A"], run.inis["B"]
+
+
 def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> list[Divergence]:
     """Run a scripted scenario to its end (5 s of simulated time at most), then the final
     checkpoint: its divergences, in order ("missing" last if it did not complete)."""
@@ -216,11 +226,8 @@ def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
     spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains=chains,
                 free_on_nic=free_on_nic)
     bs = 512
-    pool = Pool(initiators=(("A", X_HANDLE, "default", 1), ("B", X_HANDLE + 0x20, "default",
-                                                            0)), blocks=1, block_size=bs)
-    run = _Run(spec, transform, pool)
+    run, a, b = _owner_and_loader(spec, transform, 1, bs)
     env, server = run.env, run.server
-    a, b = run.inis["A"], run.inis["B"]
 
     note = run.keep
 
@@ -252,11 +259,8 @@ def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
     spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains="v2",
                 free_on_nic=True)
     bs = 512
-    pool = Pool(initiators=(("A", X_HANDLE, "default", 2), ("B", X_HANDLE + 0x20, "default",
-                                                            0)), blocks=2, block_size=bs)
-    run = _Run(spec, None, pool)
+    run, a, b = _owner_and_loader(spec, None, 2, bs)
     env, server = run.env, run.server
-    a, b = run.inis["A"], run.inis["B"]
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield env.all_of([a.connect(server), b.connect(server)])
