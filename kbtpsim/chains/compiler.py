@@ -127,13 +127,43 @@ class _Builder(VariantSteps, CasLowering):
             remote_kind="loopback", note=f"patch: {what}"))
 
     def _handle_src(self) -> tuple[str, int, str]:
-        """The 7 handle octets that become ``h << 8`` (the top one is dropped)."""
+        """The 7 handle octets that become ``h << 8`` (the top one is dropped): in the
+        request's copy, or (C21) where the receive placed them, the LOAD's entry Read."""
+        if self.recv_handle:
+            return ("wqe:load_read.raddr", 7, "Block Handle[1:8]")
         if self.ro == "little":
             return ("buf:ct+12", 7, "Block Handle[0:7]")
         return ("buf:ct+13", 7, "Block Handle[1:8]")
 
     def _shift_at(self) -> int:
         return 1 if self.ro == "little" else 0
+
+    def _uses_recv_handle(self) -> bool:
+        """Decision C21: chains v2's LOAD with native conditions and per-operation
+        dispatch, without reader counts, reads its entry in its first step: the receive
+        places the handle straight into that Read's remote address. Big-endian request
+        fields only (ADDR_LE off): the handle's seven address octets then directly follow
+        its top octet, which stays beside the Request ID, so a COMPLETION gathers the
+        Block Handle in two pieces."""
+        return (self.lowering == "native" and self.ro == "big" and not self.geo.seqlock
+                and not self.geo.readers
+                and any(self._load_direct(v) for v in self.variants))
+
+    def _handle_window(self, block: tuple[int, int]) -> tuple[str, bytes, bytes]:
+        """(location, compare, mask) of the test "handle in ``block``" on the 7 octets
+        that make the entry address; with C21 the handle's top octet (dropped there) is
+        tested by :meth:`_top_test`, in each variant's Generation/Status marker."""
+        rc, rm = block_test(block, self.ro)
+        if not self.recv_handle:
+            return "buf:ct+12", rc, rm
+        return "wqe:load_read.raddr", rc[1:] + b"\0", rm[1:] + b"\0"
+
+    @staticmethod
+    def _top_test(block: tuple[int, int]) -> tuple[int, int]:
+        """(compare, mask) of the handle's top octet (C21: the receive leaves it at
+        ``ct+12``, then Generation and Status)."""
+        rc, rm = block_test(block, "big")
+        return rc[0], rm[0]
 
     def armed(self, v: Variant, n_markers: int) -> CondSpec:
         compare = GO * n_markers
@@ -147,13 +177,22 @@ class _Builder(VariantSteps, CasLowering):
     def build(self) -> Chain:
         ro, geo = self.ro, self.geo
         self.arm_producers: dict[str, list[str]] = {v.name: [] for v in self.variants}
+        self.recv_handle = self._uses_recv_handle()
         # --- the receive: header to hdr / ct, descriptor to dd, body to stg ---
-        places = [Place("buf:hdr", 4, "request[0:4] Version, Opcode, Flags"),
-                  Place("buf:ct", 20, "request[4:24] Request ID, Block Handle, Generation, "
-                        "Status", "octets", 4),
-                  Place("buf:dd", 16, "request[24:40] Data Descriptor"),
-                  Place("buf:stg", geo.max_inline + 16,
-                        "request[40:] Completion Descriptor / inline data")]
+        places = [Place("buf:hdr", 4, "request[0:4] Version, Opcode, Flags")]
+        if not self.recv_handle:
+            places.append(Place("buf:ct", 20, "request[4:24] Request ID, Block Handle, "
+                                "Generation, Status", "octets", 4))
+        else:  # C21: handle[1:8] make h << 8 in the LOAD's entry Read; its top octet,
+            # then Generation and Status, follow the Request ID
+            places += [Place("buf:ct", 9, "request[4:13] Request ID, Block Handle[0]",
+                             "octets", 4),
+                       Place("wqe:load_read.raddr", 7, "request[13:20] Block Handle[1:8]"),
+                       Place("buf:ct", 4, "request[20:24] Generation, Status", "octets",
+                             13)]
+        places += [Place("buf:dd", 16, "request[24:40] Data Descriptor"),
+                   Place("buf:stg", geo.max_inline + 16,
+                         "request[40:] Completion Descriptor / inline data")]
         self.add(WrTemplate("recv", Role.RECV, None, "dispatch", 0, places=tuple(places),
                             note="receive: scatter the request"))
         # --- step 1: patches and markers on the request ---
@@ -179,8 +218,8 @@ class _Builder(VariantSteps, CasLowering):
                 remote_kind="loopback",
                 note="copy the receive's byte count (CQE in the receive CQ's buffer) next to "
                 "the markers"))
-        tb_c, tb_m = block_test(geo.table_block, ro)
-        self.marker("m_table", "dispatch", 1, "buf:ct+12", ("recv",), tb_c, tb_m,
+        tb_at, tb_c, tb_m = self._handle_window(geo.table_block)
+        self.marker("m_table", "dispatch", 1, tb_at, ("recv",), tb_c, tb_m,
                     "handle in the table's block", "arm_read", 0)
         for v in self.variants:
             self._markers(v)

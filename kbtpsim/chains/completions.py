@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from kbtpsim.chains.compiler import REQ_LEN, VARIANTS
-from kbtpsim.chains.ir import WrTemplate
+from kbtpsim.chains.ir import Role, WrTemplate
 from kbtpsim.chains.wr_build import COMMIT_TAG, CPU_WR, ROLE_BITS, _Credit
 from kbtpsim.nic import CompletionQueue, Cqe, Nic, WcOpcode, WcStatus
 from kbtpsim.nic.memory import ByteOrder
@@ -81,9 +81,11 @@ class CreditCompletions:
     entry_writes: set[int]
     data_reads: set[int]
     completion_sends: dict[int, str]
+    per_credit: dict[Role, list[WrTemplate]]
 
     if TYPE_CHECKING:
         def drained(self) -> bool: ...
+        def _loc(self, cr: _Credit, loc: str) -> tuple[int, int]: ...
         def unfinished(self, now: int) -> list[Finished]: ...
 
     def _poll_chain(self) -> list[Cqe]:
@@ -104,13 +106,17 @@ class CreditCompletions:
         return bool(len(self.chain_cq) or len(self.recv_cq))
 
     def request_bytes(self, cr: _Credit) -> bytes:
-        """The request as received (the handle sits in the entry Read's WQE)."""
+        """The request as received: the receive's placements read back in message order
+        (decision C21: the handle's address octets from the LOAD's entry Read)."""
         mem = self.nic.host.memory
-        b = cr.bufs
-        req = mem.read(b["hdr"], 4) + mem.read(b["ct"] + 4, 20) + mem.read(b["dd"], 16)
         n = cr.recv_len if cr.recv_len is not None else REQ_LEN
-        body = mem.read(cr.bufs["stg"], max(0, n - REQ_LEN))
-        return (req + body)[:n]
+        out = bytearray()
+        for p in self.per_credit[Role.RECV][0].places:
+            length = p.length if len(out) + p.length <= REQ_LEN else max(0, n - len(out))
+            if length:
+                addr, _ = self._loc(cr, p.dest + (f"+{p.offset}" if p.offset else ""))
+                out += mem.read(addr, length)
+        return bytes(out[:n])
 
     def _finish_count(self, cr: _Credit) -> int:
         """CQEs of credit ``cr`` after which the CPU learns that its chain ended."""

@@ -140,7 +140,9 @@ class CondSpec:
 
     ``compare`` and ``mask`` are octet strings (8 octets each), so the test is independent
     of the NIC's byte order; ``compare_source`` set means the compare operand is placed at
-    run time (then its order must match ``word_order``)."""
+    run time (then its order must match ``word_order``); ``mask_source``, that octets of
+    the mask are (decision C21: ALLOW_UNSEALED frees the SEALED bit of the LOAD's Flags
+    test), over ``mask``."""
 
     word: Read
     compare: bytes
@@ -148,6 +150,7 @@ class CondSpec:
     about: str
     word_order: Order = "octets"
     compare_source: Placed | None = None
+    mask_source: Placed | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +198,11 @@ class Chain:
     addr_le: bool
     graph: nx.DiGraph = field(default_factory=nx.DiGraph)
     notes: list[str] = field(default_factory=list)
+    #: header tests of variants that have no header marker WR: chains v2's two-step LOAD
+    #: (decision C21) is dispatched by its header test and never runs it itself, so its
+    #: chain is sound only once per-operation dispatch has split it (rule
+    #: ``dispatch-header``)
+    headers: dict[str, CondSpec] = field(default_factory=dict)
 
     def add(self, wr: WrTemplate) -> WrTemplate:
         if wr.name in self.graph:
@@ -224,7 +232,8 @@ class Chain:
     def subchain(self, parts: set[str], name: str) -> Chain:
         """The WRs whose ``part`` is in ``parts`` (and the edges among them)."""
         keep = [n for n in self.graph.nodes if self.graph.nodes[n]["wr"].part in parts]
-        sub = Chain(name, self.addr_le, self.graph.subgraph(keep).copy(), list(self.notes))
+        sub = Chain(name, self.addr_le, self.graph.subgraph(keep).copy(), list(self.notes),
+                    dict(self.headers))
         return sub
 
     def count(self, include_master: bool = True) -> int:

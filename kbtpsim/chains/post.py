@@ -193,6 +193,7 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         self.sizes = sizes
         consts = dict(CONSTS)
         consts["k_bs"] = layout.block_size.to_bytes(4, "big")
+        consts["k_st_bs"] = bytes(2) + consts["k_bs"]  # C21: Status OK, Data Length
         self.consts: dict[str, int] = {}
         at = self.scratch_addr + self.slot_size * credits
         for name, raw in consts.items():

@@ -44,6 +44,7 @@ class ScratchBuffers:
             names.pop(k, None)
         names.pop(RCQE, None)
         names.pop("k_bs", None)
+        names.pop("k_st_bs", None)
         return {k: (v + 7) // 8 * 8 for k, v in names.items()}
 
     def _init_buffers(self, slot: int) -> dict[str, int]:
@@ -55,8 +56,12 @@ class ScratchBuffers:
             # Ticket never reads all ones with its Slot Offset); tests of an entry never
             # read fail, and a failed connection's salvage tells what ran (decision O5)
             fill = b"\xff" * size if name in ("w", "fa", "fr_old", "fr_cnt") else bytes(size)
-            if name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags A,
-                # B, the byte count's octet (chains/load_direct.py)
+            if name == "w_load" and "au_load" not in self.sizes:  # C21: Generation,
+                # Status OK (0), Data Length; Flags; the markers' octets (load_direct.py)
+                fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + bytes(5) \
+                    + b"\xff" * (size - 13)
+            elif name == "w_load":  # C15: Generation, Status OK (0), Data Length; Flags
+                # A, B, the byte count's octet (chains/load_direct.py)
                 fill = b"\xff\xff" + bytes(2) + b"\xff" * 4 + b"\x00\x03\x00\x03" \
                     + bytes(1) + b"\xff" * (size - 13)
             elif name == "arm_free":  # C20: octet 5, the Generation test, holds unless

@@ -25,7 +25,6 @@ from kbtpsim.chains.vocab import (
     SEAL,
     SUB_LANE,
     Variant,
-    block_test,
     msg_length,
     window8,
 )
@@ -45,12 +44,22 @@ class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
         tests: list[tuple[str, str, tuple[str, ...], bytes, bytes, str]] = [
             ("hdr", "buf:hdr", ("recv",), hdr_c, hdr_m,
              f"version 1, opcode {v.op}, flags {v.flags:#06x} (free {v.flags_free:#06x})"),
-            ("gs", "buf:ct+20", ("recv",), bytes(8), b"\xff\xff\xff\xff",
-             "Generation 0 (any), Status 0"),
         ]
         block = geo.load_block if v.op == "LOAD" else geo.own_block
-        rc, rm = block_test(block, ro)
-        tests.append(("range", "buf:ct+12", ("recv",), rc, rm,
+        if self.recv_handle:  # C21: the handle's top octet sits beside them
+            top_c, top_m = self._top_test(block)
+            session = v.op == "LOAD" and self._load_direct(v)  # and the session octet
+            tests.append(("gs", "buf:ct+12", ("recv",),
+                          bytes([top_c, 0, 0, 0, 0, 0, 1 if session else 0, 0]),
+                          bytes([top_m, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0xFF if session else 0,
+                                 0]),
+                          "handle's top octet in range, Generation 0 (any), Status 0"
+                          + (", session established (CPU octet)" if session else "")))
+        else:
+            tests.append(("gs", "buf:ct+20", ("recv",), bytes(8), b"\xff\xff\xff\xff",
+                          "Generation 0 (any), Status 0"))
+        at, rc, rm = self._handle_window(block)
+        tests.append(("range", at, ("recv",), rc, rm,
                       "handle in the " + ("readable" if v.op == "LOAD" else "own") + " range"))
         len_c, len_m = window8(geo.block_size.to_bytes(4, "little" if ro == "little" else "big"),
                                b"\xff" * 4)
@@ -66,6 +75,9 @@ class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
         # header, the descriptor and (INLINE) exactly Block Size octets of data, nothing
         # more; anything else (trailing octets, short or long inline data) -> CPU
         n_msg = msg_length(v, geo)
+        if self.recv_handle and self._load_direct(v):  # C21: tests in the LOAD's own word
+            self._load_markers(v, tests)
+            return
         if self._load_direct(v):  # C15: the byte count is tested beside its entry Read
             self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
                        "Block Handle << 8", ro, ("recv",), self._shift_at())
@@ -111,9 +123,12 @@ class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
         middle = (generation,) if length_src is None and generation is not None else (
             generation or Read("buf:w+2", 2, ("read_entry",), "entry Generation"),
             Read("buf:k_zero", 2, (), "Status OK"), length_src)
+        if self.recv_handle and length_src is not None and length_src.loc == "buf:k_bs":
+            # C21: the handle comes in two pieces; Status and Data Length in one
+            middle = (middle[0], Read("buf:k_st_bs", 6, (), "Status OK, Data Length "
+                                      "(Block Size)"))
         gather = (
-            Read("buf:ct", 20, ("recv",), "COMPLETION header: version 1, opcode, flags 0 "
-                 "(preset), Request ID, Block Handle (received)"),
+            *self._completion_head(),
             *[r for r in middle if r is not None],
             *(block_offset or (Read(bo_loc, 12, bo_producers,
                                     "reserved 0 (preset), entry Block Offset"),)),
@@ -124,6 +139,16 @@ class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
                                    note="COMPLETION (Send)"))
         if v.flags_free & INVALIDATE:
             self._invalidate(v, send, patch_step)
+
+    def _completion_head(self) -> tuple[Read, ...]:
+        """The COMPLETION's first 20 octets: its header (preset), the Request ID and the
+        Block Handle as received (C21: the handle from where the receive placed it)."""
+        about = "COMPLETION header: version 1, opcode, flags 0 (preset)"
+        if not self.recv_handle:
+            return (Read("buf:ct", 20, ("recv",), f"{about}, Request ID, Block Handle "
+                         "(received)"),)
+        return (Read("buf:ct", 13, ("recv",), f"{about}, Request ID, Block Handle[0]"),
+                Read(*self._handle_src()[:2], ("recv",), self._handle_src()[2]))
 
     def _invalidate(self, v: Variant, send: WrTemplate, step: int = 1) -> None:
         """INVALIDATE (draft, "Completion"; T10): the COMPLETION goes out as a Send with

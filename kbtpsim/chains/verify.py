@@ -57,7 +57,8 @@ from kbtpsim.nic.wqe import Opcode, _segments
 #: Size in octets of the WQE fields chains set (multi-octet ones are byte-order sensitive).
 FIELD_SIZE = {
     "raddr": 8, "rkey": 4, "imm": 4, "sge0.addr": 8, "sge0.count": 4, "sge0.lkey": 4,
-    "swap_add": 8, "compare": 8, "cond_compare": 8, "ctrl_word": 8, "qpn": 3, "opcode": 1,
+    "swap_add": 8, "compare": 8, "cond_compare": 8, "cond_mask": 8, "ctrl_word": 8, "qpn": 3,
+    "opcode": 1,
 }
 
 
@@ -341,6 +342,8 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
             _check_placed(chain, wr, "cond_compare", cs, profile, out)
             _check_compare_order(wr, "cond_compare", cond, "a condition compares octets",
                                  out)
+        if cond is not None and cond.mask_source is not None:
+            _check_placed(chain, wr, "cond_mask", cond.mask_source, profile, out)
     _check_placement(chain, profile, out)
     _check_guarded(chain, out)
     _check_readers(chain, out)
@@ -396,6 +399,35 @@ def _on_second_arm(p: WrTemplate) -> bool:
             and p.cond.mask[0] == 0xFF)
 
 
+def _request_marker(chain: Chain, p: WrTemplate) -> bool:
+    """``p`` is a request marker: a conditional one-octet inline Write into a scratch
+    buffer, testing octets of the request only."""
+    r = p.fields.get("raddr")
+    return (p.role is Role.WORKER and p.opcode is Opcode.RDMA_WRITE and p.cond is not None
+            and p.inline is not None and len(p.inline) == 1 and isinstance(r, Addr)
+            and r.ref.startswith("buf:") and bool(p.cond.word.producers)
+            and all(q in chain and _request_derived(chain, q) for q in p.cond.word.producers))
+
+
+def _own_word(chain: Chain, test: CondSpec, producers: list[WrTemplate]) -> set[str]:
+    """Decision C21 (the two-step LOAD): the producers of ``test``'s word that are
+    themselves conditional on a request test only (the entry Read, on its handle range)
+    and whose variant's every request marker writes its octet into ``test``'s window,
+    every bit tested. What such a producer places cannot pass the test unless every
+    request marker of its variant passed too (a Read that did not run leaves the word's
+    sentinel, which fails the test: tests/chains/v2/test_load_recv.py)."""
+    out: set[str] = set()
+    for p in producers:
+        if _request_marker(chain, p) or p.cond is None or not p.cond.word.producers \
+                or not all(q in chain and _request_derived(chain, q)
+                           for q in p.cond.word.producers):
+            continue
+        markers = [m for m in chain.wrs() if m.part == p.part and _request_marker(chain, m)]
+        if markers and all(_tested_marker(chain, m, test) for m in markers):
+            out.add(p.name)
+    return out
+
+
 def _check_guarded(chain: Chain, out: list[Violation]) -> None:
     """Rule ``guarded``: an effect of a variant (a connection-QP WR, its commit or
     release) conditional on a data word rather than on an arm word (decision C15: the
@@ -408,8 +440,9 @@ def _check_guarded(chain: Chain, out: list[Violation]) -> None:
         if not effect or w.cond is None or w.cond.word.loc.startswith(("buf:arm", "wqe:")):
             continue
         producers = [chain.wr(p) for p in w.cond.word.producers if p in chain]
+        own = _own_word(chain, w.cond, producers)
         bad = [p.name for p in producers if not _tested_marker(chain, p, w.cond)
-               and not _on_second_arm(p) and (
+               and not _on_second_arm(p) and p.name not in own and (
                p.cond is None or p.cond.word.loc not in arms
                or any(p.cond.mask[i] != 0xFF for i in arms[p.cond.word.loc]))]
         if bad or not producers:

@@ -26,6 +26,14 @@ SESSION_OCTET = 1
 #: Chains v2 (decision C15): a LOAD reads its own entry, conditional on its arm word,
 #: whose octet 4 (after its four request markers) is the CPU's session octet too.
 LOAD_SESSION_OCTET = 4
+#: Decision C21 (chains v2's two-step LOAD): octets of its word ``w_load`` after
+#: Generation, Status and Data Length (+0..+7): the entry's Flags (2), then the markers'
+#: octets (Generation/Status with the handle's top octet and the CPU's session octet,
+#: descriptor length, receive byte count). The step-2 test reads +5..+12.
+W_FLAGS, W_GS, W_LEN, W_BC = 8, 10, 11, 12
+#: C21: the CPU's session octet sits in the request copy ``ct``, in the window of the
+#: Generation/Status marker (octets 12..18 of ``ct`` are not received there)
+CT_SESSION = 18
 #: A variant's further lane (chains v2) is named VARIANT + SUB_LANE + tag, e.g. ``load__cqe``
 SUB_LANE = "__"
 
@@ -34,8 +42,9 @@ def session_octets(bufs: dict[str, int]) -> list[int]:
     """Where the CPU writes a credit's session octet (01 while the session is
     established): the common entry Read's arm word and, with C15's LOAD, the LOAD's."""
     out = [bufs["arm_read"] + SESSION_OCTET] if "arm_read" in bufs else []
-    if "w_load" in bufs:
-        out.append(bufs["arm_load"] + LOAD_SESSION_OCTET)
+    if "w_load" in bufs:  # C15's LOAD; C21's (no arm word) in its Generation marker
+        out.append(bufs["arm_load"] + LOAD_SESSION_OCTET if "arm_load" in bufs
+                   else bufs["ct"] + CT_SESSION)
     return out
 
 # Request layout (FORMATS.md "Common header", "Descriptors")

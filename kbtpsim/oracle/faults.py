@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.vocab import W_GS
 from kbtpsim.nic import NicProfile
 
 if TYPE_CHECKING:
@@ -115,9 +116,12 @@ def _armed(server: ObservedServer, conn: ServerConnection, credit: int, variant:
         return False
     mem = server.nic.host.memory
     word = f"arm2_{variant}" if VARIANTS[variant].op == "ALLOC_STORE" else f"arm_{variant}"
-    if word not in cr.bufs:
+    at = cr.bufs.get(word)
+    if at is None and variant == "load" and "w_load" in cr.bufs:  # C21: no arm word; its
+        at = cr.bufs["w_load"] + W_GS  # Generation/Status marker's octet in its own word
+    if at is None:
         return False
-    return mem.read(cr.bufs[word], 1) == b"\x01"
+    return mem.read(at, 1) == b"\x01"
 
 
 def install(server: ObservedServer, faults: Faults, seed: int,

@@ -95,10 +95,22 @@ def swap_length_offset(chain: Chain) -> None:
                   "COMPLETION Send")
     for w in sends:
         g = list(w.gather)
-        if g[1].loc == "buf:w_load":  # C15's LOAD: Generation, Status, Data Length in one
-            gs = replace(g[1], length=4, about="entry Generation, Status OK")
-            dl = replace(g[1], loc="buf:w_load+4", length=4, about="entry Data Length")
-            w.gather = (g[0], gs, *g[2:], dl)
+        k = next((i for i, r in enumerate(g) if r.loc == "buf:w_load"), None)
+        if k is not None and len(g) < 5:  # C15's LOAD: Generation, Status, Data Length
+            gs = replace(g[k], length=4, about="entry Generation, Status OK")
+            dl = replace(g[k], loc="buf:w_load+4", length=4, about="entry Data Length")
+            w.gather = (*g[:k], gs, *g[k + 1:], dl)
+            continue
+        if k is not None:  # C21's (the handle in two pieces; a WQE holds five): the
+            # Block Offset where Data Length and reserved go, Data Length and the next
+            # four octets where the Block Offset goes
+            gs = replace(g[k], length=4, about="entry Generation, Status OK")
+            dl = replace(g[k], loc="buf:w_load+4", length=8, about="entry Data Length")
+            w.gather = (*g[:k], gs, g[-1], dl)
+            continue
+        st = next((i for i, r in enumerate(g) if r.loc == "buf:k_st_bs"), None)
+        if st is not None:  # C21: Status and Data Length in one piece
+            w.gather = (*g[:st], g[-1], *g[st:-1])
             continue
         i = next(k for k, r in enumerate(g) if r.length == 4 and "Data Length" in r.about)
         j = next(k for k, r in enumerate(g) if r.length == 12)
@@ -189,8 +201,10 @@ def skip_sealed(chain: Chain) -> None:
 
 def v2_load_skip_sealed(chain: Chain) -> None:
     """Chains v2's direct LOAD (decision C15): the ALLOW_UNSEALED redirect runs whatever
-    the request's Flags, so an unsealed block is loaded without ALLOW_UNSEALED."""
-    for w in _need(_wrs(chain, lambda w: w.name == "c_au_load"), "direct LOAD's redirect"):
+    the request's Flags, so an unsealed block is loaded without ALLOW_UNSEALED (C21: the
+    patches freeing the SEALED bit of the tests run whatever the Flags)."""
+    for w in _need(_wrs(chain, lambda w: w.name == "c_au_load" or w.name.startswith(
+            "p_au_")), "direct LOAD's redirect (C15) or mask patches (C21)"):
         _always(w)
 
 
@@ -201,7 +215,11 @@ def v2_load_skip_entry(chain: Chain) -> None:
     for w in _need(_wrs(chain, lambda w: w.cond is not None
                         and w.cond.word.loc == "buf:w_load+5"), "direct LOAD entry test"):
         assert w.cond is not None
-        w.cond = replace(w.cond, mask=b"\xff" * 3 + bytes(4) + b"\xff")  # not A, B
+        if "c_au_load" in chain:  # C15: not A, B
+            w.cond = replace(w.cond, mask=b"\xff" * 3 + bytes(4) + b"\xff")
+        else:  # C21: not the Flags (the markers' octets and the session stay tested)
+            w.cond = replace(w.cond, mask=b"\xff" * 3 + bytes(2) + b"\xff" * 3,
+                             mask_source=None)
 
 
 def v2_early_unsealed(chain: Chain) -> None:
@@ -209,7 +227,13 @@ def v2_early_unsealed(chain: Chain) -> None:
     whenever its data Write runs, also for an unsealed block delivered with
     ALLOW_UNSEALED, whose owner's next STORE may then overwrite it under the Write."""
     for w in _need(_wrs(chain, lambda w: w.name == "early_load"), "the early release"):
-        w.cond = chain.wr("load_write").cond
+        cond = chain.wr("load_write").cond
+        assert cond is not None
+        if cond.mask_source is not None:  # C21: ALLOW_UNSEALED frees the SEALED bit of
+            mask = bytearray(cond.mask)  # the Write's test at run time; here always
+            mask[4] = 0xFD
+            cond = replace(cond, mask=bytes(mask), mask_source=None)
+        w.cond = cond
 
 
 def v2_early_always(chain: Chain) -> None:

@@ -51,6 +51,10 @@ def prepare_chain(chains: str, chain: Chain, profile: NicProfile,
         if bad:
             raise RecycleError(f"chains v2: the dispatched chain is unsound: {bad[0]}")
     else:
+        if chain.headers:  # rule dispatch-header
+            raise RecycleError(
+                f"chains v2: {', '.join(sorted(chain.headers))} has no header marker of "
+                "its own: it runs only under per-operation dispatch (decision C21)")
         out = split_waits(lanes)
     found = verify(out, profile) if check else []  # mutants run unverified (O4)
     if found:

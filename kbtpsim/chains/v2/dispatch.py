@@ -102,7 +102,10 @@ def is_private(ref: str) -> str | None:
 
 
 def header_condition(chain: Chain, v: str) -> CondSpec:
-    """Variant ``v``'s header marker condition (its test of version, opcode, flags)."""
+    """Variant ``v``'s header marker condition (its test of version, opcode, flags), or
+    the header test of a variant that has no header marker (``Chain.headers``: C21)."""
+    if v in chain.headers:
+        return chain.headers[v]
     found = [w.cond for w in chain.wrs() if w.part == v and w.cond is not None
              and w.cond.word.loc == "buf:hdr" and w.role is Role.WORKER
              and w.cond.mask[1] == 0xFF]  # the one that tests the opcode octet
@@ -143,7 +146,8 @@ def split_variants(chain: Chain) -> Chain:
     variants = [v for v in VARIANTS if any(w.part == v for w in chain.wrs())]
     if not variants:
         raise DispatchError("dispatch: the chain serves no variant")
-    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes))
+    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes),
+                dict(chain.headers))
     mine: dict[str | None, list[WrTemplate]] = {}
     for w in chain.wrs():
         if w.role is Role.MASTER:
@@ -310,6 +314,8 @@ def _data_producers(w: WrTemplate) -> set[str]:
         out.update(w.cond.word.producers)
         if w.cond.compare_source is not None:
             out.add(w.cond.compare_source.producer)
+        if w.cond.mask_source is not None:
+            out.add(w.cond.mask_source.producer)
     out.update(f.producer for f in w.fields.values() if isinstance(f, Placed))
     return out
 

@@ -47,7 +47,8 @@ def split_lanes(chain: Chain) -> Chain:
     order = {n: i for i, n in enumerate(chain.wr(x).name for x in g.nodes)}
     sorted_wrs = list(chain.wrs())
     rank = {w.name: i for i, w in enumerate(sorted_wrs)}
-    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes))
+    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes),
+                dict(chain.headers))
     replaced: dict[str, list[str]] = {}  # new ENABLE -> the WRs it releases
     dropped: set[str] = set()
     for n in sorted(g.nodes, key=order.__getitem__):

@@ -111,10 +111,11 @@ def plan_recycle(counts: list[CountField], modified: set[tuple[str, int]],
         for first, n in runs(by_qp[qp]):
             steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{first + n - 1} "
                                      "<- pristine", (qp, first, n)))
-    for qp, idx in sorted(modified & counted):  # a CAS-armed WAIT/ENABLE (cx5): its
-        steps.append(RecycleStep("restore_ctrl", f"{qp} WQE {idx} control segment <- "
-                                 "pristine (disarmed again; its count is advanced)",
-                                 (qp, idx, 1)))
+    for qp, idx in sorted(modified & counted):  # a CAS-armed WAIT/ENABLE (cx5), or one
+        # whose condition's mask a patch frees (C21): all before its advanced count
+        steps.append(RecycleStep("restore_ctrl", f"{qp} WQE {idx} up to its count <- "
+                                 "pristine (control and condition segments; its count is "
+                                 "advanced)", (qp, idx, 1)))
     for c in counts:
         steps.append(RecycleStep("advance", f"{c.qp}#{c.index} {c.opcode} {c.target} "
                                  f"count += {c.delta}", count=c))

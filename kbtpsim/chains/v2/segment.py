@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kbtpsim.nic import MemoryRegion, Nic, QueuePair, Sge, WorkRequest, WqeFlags
-from kbtpsim.nic.wqe import CTRL_SIZE, Opcode, field_layout
+from kbtpsim.nic.wqe import Opcode, field_layout
 
 
 class SegmentPosting:
@@ -54,7 +54,11 @@ class SegmentPosting:
             elif st.kind in ("restore_wqes", "restore_ctrl"):
                 role, first, n = st.span
                 q = qps[role]
-                length = CTRL_SIZE if st.kind == "restore_ctrl" else n * q.stride
+                # a WAIT/ENABLE whose count is advanced: everything before the count
+                # (its control segment, CAS-armed on cx5; its condition segment, whose
+                # mask a C21 patch frees)
+                length = field_layout(q.posted[first % q.sq_depth])["wait_index"][0] \
+                    if st.kind == "restore_ctrl" else n * q.stride
                 wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.wqe_copies[(role, first)],
                                                          length, self.pristine.lkey),),
                                  sig, remote_addr=q.wqe_addr(first), rkey=q.sq_mr.rkey,

@@ -42,7 +42,8 @@ def split_waits(chain: Chain) -> Chain:
         return (sum(len(x.get(Role.WORKER, [])) for x in ws),
                 sum(len(x.get(Role.CONN, [])) for x in ws))
 
-    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes))
+    out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes),
+                dict(chain.headers))
     conn_wait: dict[str, str] = {}
     for n in g.nodes:
         w: WrTemplate = g.nodes[n]["wr"]

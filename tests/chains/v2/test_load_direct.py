@@ -1,7 +1,9 @@
 """Chains v2's direct LOAD (decision C15): the LOAD reads its own table entry, conditional
 on its request markers, and tests that entry in the data Write and the COMPLETION; every
 case against the software target (``Harness.mismatches``), and its verifier rule
-``guarded`` with a broken chain."""
+``guarded`` with a broken chain. (With ADDR_LE off, no reader counts and native
+conditions the LOAD is C21's two-step one: tests/chains/v2/test_load_recv.py; the
+structural tests here build C15's on ``ideal`` with ADDR_LE.)"""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from kbtpsim.nic.profiles import get_profile
 from tests.chains.test_run import DATA, INL, SEAL, Req, served
 
 PROF = get_profile("ideal-be")
+#: C15's LOAD, for the structural tests: little-endian WQE fields with ADDR_LE
+C15 = get_profile("ideal")
 AU = 0x0010  #: ALLOW_UNSEALED
 
 
@@ -27,9 +31,10 @@ def _status(res, m) -> int:  # type: ignore[no-untyped-def]
 
 
 def _chain():  # type: ignore[no-untyped-def]
-    chain = build_chain(False, _order(PROF), Geometry(seqlock=False),
-                        lowering=lowering_for(PROF))
-    return prepare_chain("v2", chain, PROF)
+    chain = build_chain(True, _order(C15), Geometry(seqlock=False),
+                        ("load", "store_inline", "store_read"),  # what ideal offloads
+                        lowering=lowering_for(C15))
+    return prepare_chain("v2", chain, C15)
 
 
 def test_v2_load_reads_its_own_entry() -> None:
@@ -41,7 +46,7 @@ def test_v2_load_reads_its_own_entry() -> None:
     for name in ("load_write", "load_send", "commit_load"):
         assert ch.wr(name).cond.word.loc == "buf:w_load+5", name
     assert ch.wr("c_au_load").step == 1 and ch.wr("c_au_load").cond is not None
-    assert verify(ch, PROF) == []
+    assert verify(ch, C15) == []
 
 
 @pytest.mark.parametrize("inv", [False, True], ids=["plain", "invalidate"])
@@ -86,7 +91,7 @@ def test_guarded_rule_catches_an_entry_read_not_behind_the_markers() -> None:
     mask = bytearray(read.cond.mask)
     mask[0] = 0
     read.cond = replace(read.cond, mask=bytes(mask))
-    got = {(v.wr, v.rule) for v in verify(ch, PROF)}
+    got = {(v.wr, v.rule) for v in verify(ch, C15)}
     assert {r for _, r in got} == {"guarded"}, got
     assert {"load_write", "load_send"} <= {w for w, _ in got}, got
 
@@ -122,7 +127,7 @@ def test_guarded_rule_needs_the_byte_count_octet_tested() -> None:
     mask = bytearray(w.cond.mask)
     mask[7] = 0  # the byte count's octet (w_load+12) no longer tested
     w.cond = replace(w.cond, mask=bytes(mask))
-    got = {(v.wr, v.rule) for v in verify(ch, PROF)}
+    got = {(v.wr, v.rule) for v in verify(ch, C15)}
     assert got == {("load_write", "guarded")}, got
 
 
