@@ -182,6 +182,7 @@ class DirectLoadSteps(StepHelpers):
         own condition; the Generation/Status (with the handle's top octet) and the
         descriptor-length markers write their octets into ``w_load``, which its step-2
         WRs test."""
+        self._load_first(v)
         slots = {"gs": W_GS, "len": W_LEN}
         for tag, loc, prods, c, m, about in tests:
             if tag == "hdr":
@@ -194,6 +195,30 @@ class DirectLoadSteps(StepHelpers):
                 self.arm_producers[v.name].append(name)
             else:
                 assert tag == "range", tag
+
+    def _load_first(self, v: Variant) -> None:
+        """C21's two WRs of step 1 that take longest, added first so that the LOAD's
+        sub-master ENABLEs their lanes first: the entry Read, then the byte-count marker
+        (whose condition reads the receive CQE in host memory)."""
+        ro = self.ro
+        at, rc, rm = self._handle_window(self.geo.load_block)
+        in_range = CondSpec(Read(at, 8, ("recv",), "Block Handle << 8 (the receive's)"),
+                            rc, rm, "handle in the readable range")
+        self.add(WrTemplate(
+            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 1,
+            fields={"raddr": Placed("recv", "Block Handle << 8", ro, "request"),
+                    "rkey": Addr("key:table")},
+            places=(Place("buf:w_load", 2, "entry[0:2] Flags", "big", W_FLAGS),
+                    Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
+                    Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
+                    Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
+            cond=in_range, remote_kind="strided_table",
+            note="the LOAD's own entry Read, its address placed by the receive (C21)"))
+        n_msg = msg_length(v, self.geo)
+        self.marker("m_load_msg", v.name, 1, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
+                    bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
+                    f"receive byte count = {n_msg} (CQE)", "w_load", W_BC)
+        self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
 
     def _v_load_recv(self, v: Variant) -> None:
         """Chains v2's two-step LOAD (decision C21; draft, "Block Load" steps 1-3).
@@ -225,24 +250,6 @@ class DirectLoadSteps(StepHelpers):
         redirect of the Read's Flags scatter cannot be used: the Read runs beside the
         patches.) The early release keeps the unpatched test: SEALED only (C16)."""
         bs, ro = self.geo.block_size, self.ro
-        at, rc, rm = self._handle_window(self.geo.load_block)
-        in_range = CondSpec(Read(at, 8, ("recv",), "Block Handle << 8 (the receive's)"),
-                            rc, rm, "handle in the readable range")
-        self.add(WrTemplate(
-            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 1,
-            fields={"raddr": Placed("recv", "Block Handle << 8", ro, "request"),
-                    "rkey": Addr("key:table")},
-            places=(Place("buf:w_load", 2, "entry[0:2] Flags", "big", W_FLAGS),
-                    Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
-                    Place("buf:w_load", 4, "entry[4:8] Data Length", "big", 4),
-                    Place("wqe:load_write.sge0.addr", 8, "entry[8:16] Block Offset", ro)),
-            cond=in_range, remote_kind="strided_table",
-            note="the LOAD's own entry Read, its address placed by the receive (C21)"))
-        n_msg = msg_length(v, self.geo)
-        self.marker("m_load_msg", v.name, 1, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
-                    bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
-                    f"receive byte count = {n_msg} (CQE)", "w_load", W_BC)
-        self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
         self.patch("p_dd_load", v.name, 1,
                    [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
                     ("buf:dd", 4, "request[24:28] DD STag")],
@@ -293,8 +300,10 @@ class DirectLoadSteps(StepHelpers):
                               "octets", 4),),
                 cond=au, remote_kind="loopback",
                 note="conditional patch: ALLOW_UNSEALED frees the SEALED bit of the test"))
+            # beside the markers, and on a lane of their own (the byte-count marker's
+            # lane waits for its read of host memory)
             self.chain.wr(f"p_au_{target}").lane = \
-                f"{v.name}{SUB_LANE}{'req' if i < 2 else 'cqe'}"
+                f"{v.name}{SUB_LANE}{'req' if i < 2 else 'au'}"
         # Pipelining (decision C16): a sealed LOAD releases the next credit early
         self.add(WrTemplate(
             f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, 2,

@@ -62,8 +62,8 @@ def test_sealed_loads_of_one_connection_overlap() -> None:
     hold the gate to their COMPLETION, so a wider window gains them little."""
     sealed = _loads(8, True) / _loads(1, True)
     unsealed = _loads(8, False) / _loads(1, False)
-    assert sealed > 1.3, sealed
-    assert unsealed < sealed - 0.2, (sealed, unsealed)
+    assert sealed > 1.2, sealed  # 1.24 (C21's LOAD; the recyclers bound window 8)
+    assert unsealed < 1.0 < sealed - 0.2, (sealed, unsealed)
 
 
 def test_one_recycler_bounds_the_pipeline() -> None:
