@@ -382,7 +382,37 @@ def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
-__all__ = ["BLOCK", "Outcome", "run_allocs_then_loads", "run_drop_during_allocation",
+def run_aliased_handles(profile: str = "ideal-be", seed: int = 1,
+                        observe: dict[str, Any] | None = None, chains: str = "v2",
+                        transform: Any = None) -> list[Divergence]:
+    """Decision C21 (the receive places the handle's seven address octets into the
+    LOAD's entry Read, its top octet beside Generation and Status): A stores a sealed
+    block at h, then LOADs h, a handle whose top octet differs (its address octets are
+    h's: a chain that does not test the top octet, mutant ``v2-load-recv-top``, serves
+    h's block) and a handle outside the readable block (a Read that does not test the
+    range, mutant ``v2-load-recv-unguarded``, reads outside the table's key), each twice
+    so that every credit slot serves them. Random campaigns name unknown handles inside
+    the range. ``observe`` gets the server (``"server"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    run, a = _solo_run(spec, transform, 2)
+    server = run.server
+    note = partial(run.keep, a)
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        note((yield a.alloc_store(X_HANDLE, b"1" * SCRIPTED_BS, seal=True)))
+        for _ in range(2):
+            for h in (X_HANDLE, 1 << 56 | X_HANDLE, X_HANDLE | 1 << 40):
+                note((yield a.load(h, invalidate=False)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
+__all__ = ["BLOCK", "Outcome", "run_aliased_handles", "run_allocs_then_loads",
+           "run_drop_during_allocation",
            "run_drop_during_load",
            "run_generation_wrap",
            "run_interleaving", "run_load_during_free", "run_load_then_store",

@@ -25,6 +25,7 @@ from kbtpsim.chains.verify import verify
 from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
 from kbtpsim.oracle.faults import Faults
 from kbtpsim.oracle.interleaving import (
+    run_aliased_handles,
     run_generation_wrap,
     run_load_during_free,
     run_load_then_store,
@@ -57,6 +58,8 @@ from kbtpsim.oracle.transforms import (
     v2_free_genwrap,
     v2_free_no_readers,
     v2_load_no_readers,
+    v2_load_recv_top,
+    v2_load_recv_unguarded,
     v2_load_skip_entry,
     v2_load_skip_sealed,
     v2_skip_restore,
@@ -104,6 +107,14 @@ def _load_then_store(seed: int, profile: str, transform: Any,
     the owner's STORE to it right behind on the same connection: random campaigns never
     hold a Write back while the next request of its connection runs."""
     return run_load_then_store(profile, seed, observe=observe, chains="v2",
+                               transform=transform)
+
+
+def _aliased_handles(seed: int, profile: str, transform: Any,
+                     observe: dict[str, Any]) -> list[Any]:
+    """LOADs of handles that differ from a bound one only in the top octet, or lie
+    outside the readable block: random campaigns name unknown handles inside it."""
+    return run_aliased_handles(profile, seed, observe=observe, chains="v2",
                                transform=transform)
 
 
@@ -196,6 +207,12 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-load-skip-sealed", v2_load_skip_sealed, "chains v2: the direct LOAD "
            "takes an unsealed entry without ALLOW_UNSEALED (its Flags redirect always "
            "runs, decision C15)", chains="v2", scenario=_unsealed_loads),
+    Mutant("v2-load-recv-top", v2_load_recv_top, "chains v2: the two-step LOAD does "
+           "not test the handle's top octet, which its entry Read's address leaves out "
+           "(decision C21)", chains="v2", scenario=_aliased_handles),
+    Mutant("v2-load-recv-unguarded", v2_load_recv_unguarded, "chains v2: the two-step "
+           "LOAD's entry Read runs whatever the handle, also outside the table's key "
+           "(decision C21)", chains="v2", scenario=_aliased_handles),
     Mutant("v2-load-skip-entry", v2_load_skip_entry, "chains v2: the direct LOAD does "
            "not test the entry's Flags (VALID, SEALED), only its Data Length",
            mix="race", chains="v2"),

@@ -222,6 +222,24 @@ def v2_load_skip_entry(chain: Chain) -> None:
                              mask_source=None)
 
 
+def v2_load_recv_top(chain: Chain) -> None:
+    """Chains v2's two-step LOAD (decision C21): its Generation/Status marker does not
+    test the handle's top octet, which the entry Read's address leaves out, so a handle
+    differing from a bound one only there is served that one's block."""
+    for w in _need(_wrs(chain, lambda w: w.name == "m_load_gs" and "load" in chain.headers),
+                   "two-step LOAD's Generation marker"):
+        assert w.cond is not None
+        w.cond = replace(w.cond, mask=b"\x00" + w.cond.mask[1:])
+
+
+def v2_load_recv_unguarded(chain: Chain) -> None:
+    """Chains v2's two-step LOAD (decision C21): its entry Read runs whatever the handle,
+    so a handle outside the table's block makes it read outside the table's key."""
+    for w in _need(_wrs(chain, lambda w: w.name == "load_read" and "load" in chain.headers),
+                   "two-step LOAD's entry Read"):
+        _always(w)
+
+
 def v2_early_unsealed(chain: Chain) -> None:
     """Chains v2 pipelining (decision C16): the LOAD releases the next credit early
     whenever its data Write runs, also for an unsealed block delivered with

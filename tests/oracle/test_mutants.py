@@ -37,6 +37,8 @@ KINDS = {
     "v2-no-quiesce": {"load-data"},
     # chains v2: the LOAD's own entry test (C15)
     "v2-load-skip-sealed": {"completion", "load-data"},
+    "v2-load-recv-top": {"completion", "load-data"},
+    "v2-load-recv-unguarded": {"completion", "connection", "missing"},
     "v2-load-skip-entry": {"completion", "load-data"},
     # chains v2 pipelining: an unsealed LOAD releases the next credit early (C16)
     "v2-early-unsealed": {"load-data"},

@@ -135,3 +135,16 @@ def test_without_dispatch_the_chain_is_refused() -> None:
     per-operation dispatch may run it."""
     with pytest.raises(RecycleError, match="dispatch"):
         prepare_chain("v2", _built(), PROF, dispatch=False)
+
+
+def test_aliased_and_out_of_range_handles_agree_with_the_reference() -> None:
+    """The scripted run behind mutants ``v2-load-recv-top`` and
+    ``v2-load-recv-unguarded`` (a handle differing from a bound one only in its top
+    octet, one outside the readable block): no divergence, and the bound handle's
+    LOADs run on the NIC."""
+    from kbtpsim.oracle.interleaving import run_aliased_handles
+
+    observe: dict[str, object] = {}
+    assert run_aliased_handles("ideal-be", 1, observe=observe) == []
+    server = observe["server"]
+    assert server.served["LOAD"] == {"nic": 2, "cpu": 4}  # type: ignore[attr-defined]
