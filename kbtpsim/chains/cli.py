@@ -174,6 +174,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             "cannot run (" + "; ".join(why) + "): chains v1" if why else
             "the offloaded variants above, each credit re-armed in place by the NIC "
             "(kbtpsim chains show OP --nic " + profile.name + " --chains v2)"))
+        if not why and any("load" in d.chain.headers for d in decide_op(
+                op, profile, args.addr_le, _geometry(op, args)) if d.offloaded):
+            print("chains v2's LOAD here (decision C21): two steps after the receive, which "
+                  "places the handle's address octets straight into the entry Read: the "
+                  "Read (conditional on the handle range) beside the request markers, then "
+                  "the data Write and the COMPLETION testing the entry and the markers' "
+                  "octets; with ALLOW_UNSEALED four conditional mask patches free the "
+                  "tests' SEALED bit, so an unsealed block is served in chain too; its "
+                  "header test is the dispatch's")
     return 0
 
 

@@ -148,3 +148,14 @@ def test_aliased_and_out_of_range_handles_agree_with_the_reference() -> None:
     assert run_aliased_handles("ideal-be", 1, observe=observe) == []
     server = observe["server"]
     assert server.served["LOAD"] == {"nic": 2, "cpu": 4}  # type: ignore[attr-defined]
+
+
+def test_explain_names_the_two_step_load(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kbtpsim chains explain LOAD --chains v2`` says where C21's LOAD runs (ideal-be)
+    and where it does not (cx5: CAS-armed conditions keep C15's)."""
+    from kbtpsim.cli import main
+
+    assert main(["chains", "explain", "LOAD", "--nic", "ideal-be", "--chains", "v2"]) == 0
+    assert "decision C21" in capsys.readouterr().out
+    assert main(["chains", "explain", "LOAD", "--nic", "cx5", "--chains", "v2"]) == 0
+    assert "decision C21" not in capsys.readouterr().out
