@@ -130,7 +130,7 @@ class _Builder(VariantSteps, CasLowering):
         """The 7 handle octets that become ``h << 8`` (the top one is dropped): in the
         request's copy, or (C21) where the receive placed them, the LOAD's entry Read."""
         if self.recv_handle:
-            return ("wqe:load_read.raddr", 7, "Block Handle[1:8]")
+            return (f"wqe:{self.recv_wqe}.raddr", 7, "Block Handle[1:8]")
         if self.ro == "little":
             return ("buf:ct+12", 7, "Block Handle[0:7]")
         return ("buf:ct+13", 7, "Block Handle[1:8]")
@@ -140,14 +140,21 @@ class _Builder(VariantSteps, CasLowering):
 
     def _uses_recv_handle(self) -> bool:
         """Decision C21: chains v2's LOAD with native conditions and per-operation
-        dispatch, without reader counts, reads its entry in its first step: the receive
-        places the handle straight into that Read's remote address. Big-endian request
+        dispatch reads its entry in its first step: the receive places the handle
+        straight into that Read's remote address (with reader counts, C20, into the
+        count's FetchAdd, and the Read follows it a step later). Big-endian request
         fields only (ADDR_LE off): the handle's seven address octets then directly follow
         its top octet, which stays beside the Request ID, so a COMPLETION gathers the
         Block Handle in two pieces."""
         return (self.lowering == "native" and self.ro == "big" and not self.geo.seqlock
-                and not self.geo.readers
                 and any(self._load_direct(v) for v in self.variants))
+
+    @property
+    def recv_wqe(self) -> str:
+        """C21: the WR whose remote address the receive places the handle into: the
+        LOAD's entry Read, or, where the LOADs count their readers (C20), the reader
+        count's FetchAdd, which must precede that Read on its QP."""
+        return "load_readers" if self.geo.readers else "load_read"
 
     def _handle_window(self, block: tuple[int, int]) -> tuple[str, bytes, bytes]:
         """(location, compare, mask) of the test "handle in ``block``" on the 7 octets
@@ -156,7 +163,7 @@ class _Builder(VariantSteps, CasLowering):
         rc, rm = block_test(block, self.ro)
         if not self.recv_handle:
             return "buf:ct+12", rc, rm
-        return "wqe:load_read.raddr", rc[1:] + b"\0", rm[1:] + b"\0"
+        return f"wqe:{self.recv_wqe}.raddr", rc[1:] + b"\0", rm[1:] + b"\0"
 
     @staticmethod
     def _top_test(block: tuple[int, int]) -> tuple[int, int]:
@@ -187,7 +194,8 @@ class _Builder(VariantSteps, CasLowering):
             # then Generation and Status, follow the Request ID
             places += [Place("buf:ct", 9, "request[4:13] Request ID, Block Handle[0]",
                              "octets", 4),
-                       Place("wqe:load_read.raddr", 7, "request[13:20] Block Handle[1:8]"),
+                       Place(f"wqe:{self.recv_wqe}.raddr", 7,
+                             "request[13:20] Block Handle[1:8]"),
                        Place("buf:ct", 4, "request[20:24] Generation, Status", "octets",
                              13)]
         places += [Place("buf:dd", 16, "request[24:40] Data Descriptor"),

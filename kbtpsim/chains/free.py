@@ -135,7 +135,11 @@ class FreeSteps(StepHelpers):
             "fr_reread", Role.WORKER, Opcode.RDMA_READ, v.name, 5,
             fields={"raddr": Placed("p_h_frr", "Block Handle << 8", ro, "patch"),
                     "rkey": Addr("key:table")},
-            places=(Place("buf:fr_new", 8, "the entry word after the unbind", "big"),),
+            # Generation, Status OK (preset 0), Data Length: the COMPLETION's order, in one
+            # piece (C21: a COMPLETION gathers the handle in two)
+            places=(Place("buf:fr_new", 2, "entry[0:2] Flags (unused)", "big", 8),
+                    Place("buf:fr_new", 2, "entry[2:4] the new Generation", "big"),
+                    Place("buf:fr_new", 4, "entry[4:8] Data Length (unchanged)", "big", 4)),
             cond=unbound, remote_kind="strided_table",
             note="the new Generation for the COMPLETION"))
         idle = CondSpec(Read(f"buf:{arm2}", 8, (f"m_{v.name}_fold", "fr_readers"),
@@ -185,10 +189,9 @@ class FreeSteps(StepHelpers):
             cond=ready, remote_kind="ring",
             note="then the Sequence: the Tail ticket (same QP, placed in order)"))
         self._early_release(v, 10, ready)
-        self._completion(v, "fr_send", 10, Read("buf:w+4", 4, ("read_entry",),
-                                                "entry Data Length (unchanged)"),
-                         "buf:bo", ("read_entry",),
-                         generation=Read("buf:fr_new+2", 2, ("fr_reread",),
-                                         "the new Generation"),
+        self._completion(v, "fr_send", 10, None, "buf:bo", ("read_entry",),
+                         generation=Read("buf:fr_new", 8, ("fr_reread",),
+                                         "the new Generation, Status OK (preset), Data "
+                                         "Length (unchanged)"),
                          cond=ready)
         self._commit(v, 11, ready)

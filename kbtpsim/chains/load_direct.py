@@ -190,7 +190,10 @@ class DirectLoadSteps(StepHelpers):
                                                       about)
             elif tag in slots:
                 name = f"m_{v.name}_{tag}"
-                self.marker(name, v.name, 1, loc, prods, c, m, about, "w_load", slots[tag])
+                # C20's reader count: step 1 is the + 1 and the Read's address patch,
+                # so what only the data Write needs runs beside the Read, in step 2
+                self.marker(name, v.name, 2 if self.geo.readers else 1, loc, prods, c, m,
+                            about, "w_load", slots[tag])
                 self.chain.wr(name).lane = f"{v.name}{SUB_LANE}req"
                 self.arm_producers[v.name].append(name)
             else:
@@ -201,12 +204,24 @@ class DirectLoadSteps(StepHelpers):
         sub-master ENABLEs their lanes first: the entry Read, then the byte-count marker
         (whose condition reads the receive CQE in host memory)."""
         ro = self.ro
-        at, rc, rm = self._handle_window(self.geo.load_block)
-        in_range = CondSpec(Read(at, 8, ("recv",), "Block Handle << 8 (the receive's)"),
-                            rc, rm, "handle in the readable range")
+        in_range = self._load_in_range()
+        readers = self.geo.readers
+        if readers:  # C20's + 1 first, its address placed by the receive; then the Read
+            self.add(WrTemplate(
+                "load_readers", Role.WORKER, Opcode.FETCH_ADD, v.name, 1,
+                fields={"raddr": Placed("recv", "Block Handle << 8", ro, "request"),
+                        "rkey": Addr("key:readers"), "swap_add": Const(1, "+ 1")},
+                places=(Place("buf:rdr_old", 8, "the count before (unused)", "big"),),
+                cond=in_range, remote_kind="readers",
+                note="one reader more of the handle, a step before the entry Read on its "
+                     "QP (C20, C21)"))
+            self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
+                       "Block Handle << 8", ro, ("recv",))
+            self.chain.wr("p_h_load").lane = f"{v.name}{SUB_LANE}h"
         self.add(WrTemplate(
-            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 1,
-            fields={"raddr": Placed("recv", "Block Handle << 8", ro, "request"),
+            "load_read", Role.WORKER, Opcode.RDMA_READ, v.name, 2 if readers else 1,
+            fields={"raddr": Placed("p_h_load", "Block Handle << 8", ro, "patch")
+                    if readers else Placed("recv", "Block Handle << 8", ro, "request"),
                     "rkey": Addr("key:table")},
             places=(Place("buf:w_load", 2, "entry[0:2] Flags", "big", W_FLAGS),
                     Place("buf:w_load", 2, "entry[2:4] Generation", "big"),
@@ -215,10 +230,18 @@ class DirectLoadSteps(StepHelpers):
             cond=in_range, remote_kind="strided_table",
             note="the LOAD's own entry Read, its address placed by the receive (C21)"))
         n_msg = msg_length(v, self.geo)
-        self.marker("m_load_msg", v.name, 1, f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
+        self.marker("m_load_msg", v.name, 2 if readers else 1,  # beside the Read
+                    f"buf:{RCQE}+{CQE_BYTE_CNT - 4}", ("recv",),
                     bytes(4) + n_msg.to_bytes(4, "big"), b"\xff" * 8,
                     f"receive byte count = {n_msg} (CQE)", "w_load", W_BC)
         self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
+
+    def _load_in_range(self) -> CondSpec:
+        """C21: the handle in the readable block, tested on the octets the receive
+        placed (the entry Read's, and the reader count's, own condition)."""
+        at, rc, rm = self._handle_window(self.geo.load_block)
+        return CondSpec(Read(at, 8, ("recv",), "Block Handle << 8 (the receive's)"),
+                        rc, rm, "handle in the readable range")
 
     def _v_load_recv(self, v: Variant) -> None:
         """Chains v2's two-step LOAD (decision C21; draft, "Block Load" steps 1-3).
@@ -250,7 +273,8 @@ class DirectLoadSteps(StepHelpers):
         redirect of the Read's Flags scatter cannot be used: the Read runs beside the
         patches.) The early release keeps the unpatched test: SEALED only (C16)."""
         bs, ro = self.geo.block_size, self.ro
-        self.patch("p_dd_load", v.name, 1,
+        data = 3 if self.geo.readers else 2  # the data Write's step (C20: the Read is 2)
+        self.patch("p_dd_load", v.name, data - 1,
                    [("buf:dd+4", 8, "request[28:36] DD Tagged Offset"),
                     ("buf:dd", 4, "request[24:28] DD STag")],
                    "wqe:load_write.raddr", "Data Descriptor Tagged Offset", ro,
@@ -268,7 +292,7 @@ class DirectLoadSteps(StepHelpers):
                 mask_source=Placed(f"p_au_{target}", "Flags mask: SEALED free if "
                                    "ALLOW_UNSEALED", "octets", "patch"))
         self.add(WrTemplate(
-            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, 2,
+            "load_write", Role.CONN, Opcode.RDMA_WRITE, v.name, data,
             fields={"raddr": Placed("p_dd_load", "DD Tagged Offset", ro, "patch"),
                     "rkey": Placed("p_dd_load", "DD STag", ro, "patch"),
                     "sge0.addr": Placed("load_read", "entry Block Offset", ro, "entry"),
@@ -276,17 +300,17 @@ class DirectLoadSteps(StepHelpers):
             gather=(Read("pool", bs, (), "the block"),), cond=valid("load_write"),
             remote_kind="initiator", note="RDMA Write of the block to the initiator"))
         self._completion(
-            v, "load_send", 2, None, "", (),
+            v, "load_send", data, None, "", (),
             generation=Read("buf:w_load", 8, ("load_read",),
                             "entry Generation, Status OK (preset), entry Data Length"),
             block_offset=(Read("buf:k_zero", 4, (), "reserved 0"),
                           Read("wqe:load_write.sge0.addr", 8, ("load_read",),
                                "entry Block Offset (in the data Write's WQE)")),
-            cond=valid("load_send"), patch_step=1)
+            cond=valid("load_send"), patch_step=data - 1)
         for name in ("p_dd_load", "p_inv_load", "c_inv_load"):  # on a lane of their own
             if name in self.chain:
                 self.chain.wr(name).lane = f"{v.name}{SUB_LANE}dd"
-        self._commit(v, 3, sealed)
+        self._commit(v, data + 1, sealed)
         for name in (f"commit_{v.name}", f"release_{v.name}"):
             self.chain.wr(name).cond = valid(name)
         au = self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED")
@@ -294,7 +318,7 @@ class DirectLoadSteps(StepHelpers):
                                     f"release_{v.name}")):
             dest = f"wqe:{target}.cond_mask"
             self.add(WrTemplate(
-                f"p_au_{target}", Role.WORKER, Opcode.RDMA_WRITE, v.name, 1,
+                f"p_au_{target}", Role.WORKER, Opcode.RDMA_WRITE, v.name, data - 1,
                 inline=b"\xfd", fields={"raddr": Addr(dest, 4), "rkey": Addr("key:rings")},
                 places=(Place(dest, 1, "Flags mask: SEALED free if ALLOW_UNSEALED",
                               "octets", 4),),
@@ -306,10 +330,22 @@ class DirectLoadSteps(StepHelpers):
                 f"{v.name}{SUB_LANE}{'req' if i < 2 else 'au'}"
         # Pipelining (decision C16): a sealed LOAD releases the next credit early
         self.add(WrTemplate(
-            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, 2,
+            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, data,
             fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
             cond=sealed, note="release the next credit early: a sealed block cannot "
                               "change before this LOAD's data Write has read it"))
+        if self.geo.readers:  # C20: the - 1 once the data Write has completed, under the
+            # + 1's condition; its address from where the receive placed the handle
+            self.patch("p_h_unr", v.name, 1, [self._handle_src()], "wqe:load_unread.raddr",
+                       "Block Handle << 8", ro, ("recv",))
+            self.chain.wr("p_h_unr").lane = f"{v.name}{SUB_LANE}h"
+            self.add(WrTemplate(
+                "load_unread", Role.WORKER, Opcode.FETCH_ADD, v.name, data + 1,
+                fields={"raddr": Placed("p_h_unr", "Block Handle << 8", ro, "patch"),
+                        "rkey": Addr("key:readers"), "swap_add": Const(M64, "- 1")},
+                places=(Place("buf:rdr_old2", 8, "the count before (unused)", "big"),),
+                cond=self._load_in_range(), remote_kind="readers",
+                note="one reader fewer, after the data Write completed (C20)"))
 
     def _load_readers(self, v: Variant, armed: CondSpec) -> None:
         """Decision C20: the LOAD counts itself a reader of its handle before its entry

@@ -23,6 +23,7 @@ class StepHelpers:
     alt_producers: dict[str, list[str]]
     lowering: str
     recv_handle: bool
+    recv_wqe: str
 
     if TYPE_CHECKING:
         # the builder's (kbtpsim.chains.compiler)

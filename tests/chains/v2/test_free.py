@@ -62,9 +62,10 @@ def test_the_free_chain_unbinds_reads_the_count_then_returns_the_block() -> None
 def test_loads_count_themselves_readers_around_their_entry_read() -> None:
     ch = _chain(("load",))
     up, read, down = ch.wr("load_readers"), ch.wr("load_read"), ch.wr("load_unread")
-    assert up.lane == read.lane and up.step == read.step
-    order = [w.name for w in ch.wrs()]
-    assert order.index("load_readers") < order.index("load_read")
+    # decision C21: the + 1 takes the handle from the receive, a step before the Read,
+    # which the same QP then runs after it
+    assert up.lane == read.lane and up.step == read.step - 1
+    assert up.fields["raddr"].producer == "recv"  # type: ignore[union-attr]
     assert down.step > ch.wr("load_write").step and down.cond == up.cond
     assert isinstance(down.fields["swap_add"], Const) and down.fields["swap_add"].value == M64
     # without a NIC FREE the LOAD counts nothing

@@ -159,3 +159,29 @@ def test_explain_names_the_two_step_load(capsys: pytest.CaptureFixture[str]) -> 
     assert "decision C21" in capsys.readouterr().out
     assert main(["chains", "explain", "LOAD", "--nic", "cx5", "--chains", "v2"]) == 0
     assert "decision C21" not in capsys.readouterr().out
+
+
+def test_with_reader_counts_the_count_takes_the_handle_from_the_receive() -> None:
+    """FREE on the NIC (decision C20): the receive places the handle into the reader
+    count's FetchAdd, which runs in step 1, the entry Read (its address patched from
+    there) a step later on the same QP, the request markers beside that Read; every
+    case against the software target, FREE included."""
+    from kbtpsim.chains.vocab import OPERATIONS
+
+    raw = build_chain(False, _order(PROF), Geometry(seqlock=False, readers=True),
+                      (*OPERATIONS["LOAD"], *OPERATIONS["ALLOC_STORE"], "free"),
+                      lowering=lowering_for(PROF))
+    assert any(p.dest == "wqe:load_readers.raddr" for p in raw.wr("recv").places)
+    ch = prepare_chain("v2", raw, PROF)
+    up, read = ch.wr("load_readers"), ch.wr("load_read")
+    assert (up.step, read.step, ch.wr("load_write").step) == (1, 2, 3)
+    assert up.lane == read.lane and ch.wr("m_load_gs").step == 2
+    assert verify(ch, PROF) == []
+    h = Harness("ideal-be", False, credits=2, chains="v2",
+                variants=(*OPERATIONS["LOAD"], *OPERATIONS["ALLOC_STORE"], "free"))
+    r = Req(h)
+    msgs = [r.alloc(0x4001), r.load(0x4001, 0), r.load(0x4001, 8192, flags=AU),
+            r.load((1 << 56) | 0x4001, 16384), r.free(0x4001), r.load(0x4001, 24576)]
+    res = h.run(msgs)
+    assert h.mismatches() == []
+    assert served(res, msgs) == ["alloc_inline", "load", "load", None, "free", None]
