@@ -135,8 +135,13 @@ def _same_hello_ack(got: bytes, want: bytes) -> bool:
 
 
 def compare_state(live: Target, memory: Any, shadow: Shadow,
-                  nic_served: dict[tuple[str, str], int]) -> list[Divergence]:
-    """The live target's memory and bookkeeping against the shadow's (quiescent)."""
+                  nic_served: dict[tuple[str, str], int],
+                  unacknowledged: dict[tuple[str, str], int] | None = None
+                  ) -> list[Divergence]:
+    """The live target's memory and bookkeeping against the shadow's (quiescent).
+    ``unacknowledged``: completions the NIC sent that the live target could not count
+    (LOADs whose COMPLETION went out unacknowledged before their connection failed,
+    ``ObservedServer.unacknowledged``), which the shadow, applying them, did count."""
     ref = shadow.target
     lay = live.layout
     addr_le = live.config.addr_le
@@ -190,6 +195,8 @@ def compare_state(live: Target, memory: Any, shadow: Shadow,
     if not hasattr(live, "note_chain_op"):  # a target that does not count NIC-served ops
         for key, n in nic_served.items():
             counts[key] = counts.get(key, 0) + n
+    for key, n in (unacknowledged or {}).items():
+        counts[key] = counts.get(key, 0) + n
     want_counts = ref.counters.snapshot()
     if counts != want_counts:
         keys = sorted(set(counts) | set(want_counts))

@@ -199,7 +199,8 @@ class _Run:
         self.shadow.errors.clear()
         if not out or final:
             out += compare_state(self.server.tap.inner, self.server.nic.host.memory,
-                                 self.shadow, self.shadow.nic_counts)
+                                 self.shadow, self.shadow.nic_counts,
+                                 self.server.unacknowledged)
             out += self._reader_counts()
         out.sort(key=lambda d: d.order)
         return out
@@ -286,6 +287,9 @@ class _Run:
             # credits of failed connections whose chain was cut: undone, then finished
             # in software or forgotten (decision O5)
             "salvaged": sum(self.server.salvaged.values()),
+            # LOADs of failed connections whose COMPLETION went out unacknowledged: the
+            # reference applies them, the live target cannot count them
+            "unacknowledged": sum(self.server.unacknowledged.values()),
             **self.fault_counts,
         }
         return res

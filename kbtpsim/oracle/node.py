@@ -21,7 +21,7 @@ from typing import Any
 import simpy
 
 from kbtpsim.chains.compiler import VARIANTS
-from kbtpsim.chains.ir import Chain, WrTemplate
+from kbtpsim.chains.ir import Chain, Role, WrTemplate
 from kbtpsim.chains.plan import ConnectionPlan
 from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.server import OffloadedTargetServer
@@ -31,6 +31,7 @@ from kbtpsim.oracle.events import TAIL, Recorder, TargetTap
 from kbtpsim.system import Initiator
 from kbtpsim.system.server import ServerConnection
 from kbtpsim.target import TargetConfig
+from kbtpsim.wire.constants import Opcode as KbtpOpcode
 
 #: A chain transformation (a mutant): takes a copy of the compiled chain, changes it.
 ChainTransform = Callable[[Chain], None]
@@ -123,6 +124,10 @@ class ObservedServer(OffloadedTargetServer):
         self.credits: dict[int, list[CreditInfo]] = {}
         #: (connection, credit) -> CreditInfo
         self.credit_info: dict[tuple[int, int], CreditInfo] = {}
+        #: (op, status) -> LOADs whose COMPLETION the NIC sent but which the target could
+        #: not count (no acknowledgement before their connection failed; see
+        #: :meth:`_sent_unacknowledged`)
+        self.unacknowledged: dict[tuple[str, str], int] = {}
         self._keys: dict[int, dict[str, dict[str, str]]] = {}
         #: called after each target call that wrote a ring slot at a free's Tail ticket:
         #: (slot address, octets before, octets after) (the slot-write fault)
@@ -199,21 +204,27 @@ class ObservedServer(OffloadedTargetServer):
                         if self.layout else None, via="nic", variant=f.served or "hand-over",
                         credit=f.credit)
             return
-        if f.served is not None:
-            k = keys.get(f.served, {})
+        served = f.served
+        if served is None:
+            served = self._sent_unacknowledged(cs, info, f)
+            if served is not None:
+                key = ("LOAD", "OK")  # the chains send only OK completions
+                self.unacknowledged[key] = self.unacknowledged.get(key, 0) + 1
+        if served is not None:
+            k = keys.get(served, {})
             if f.ticket is not None:  # an allocation: ticket, then the slot Read
                 rec.add(self._finish_time(cs, info, k.get("ticket"), f), "handle",
                         conn=conn_id, data=f.request, hold=True, ticket=f.ticket,
                         ring=self.layout.rings[0].name if self.layout else None,
-                        via="nic", variant=f.served, credit=f.credit)
+                        via="nic", variant=served, credit=f.credit)
                 # the rest of the allocation (slot, data, entry) takes effect when its
                 # Generation add lands: the entry VALID for other connections' LOADs
                 rec.add(f.bound if f.bound is not None else
                         self._finish_time(cs, info, k.get("slot"), f), "read_slot",
-                        conn=conn_id, via="nic", variant=f.served, credit=f.credit)
+                        conn=conn_id, via="nic", variant=served, credit=f.credit)
             else:
                 rec.add(self._finish_time(cs, info, k.get("point"), f), "handle",
-                        conn=conn_id, data=f.request, via="nic", variant=f.served,
+                        conn=conn_id, data=f.request, via="nic", variant=served,
                         credit=f.credit)
         elif f.ticket is not None:  # handed over with its ticket: the CPU reads the slot
             fa = next((k["ticket"] for k in keys.values() if "ticket" in k), None)
@@ -221,6 +232,34 @@ class ObservedServer(OffloadedTargetServer):
                     data=f.request, hold=True, ticket=f.ticket,
                     ring=self.layout.rings[0].name if self.layout else None,
                     via="nic", variant="hand-over", credit=f.credit)
+
+    def _sent_unacknowledged(self, cs: ChainServer, info: CreditInfo,
+                             f: Finished) -> str | None:
+        """A LOAD on a connection that failed, which the target counts as not served
+        (its COMPLETION's CQE never came: decision O5), though its chain had sent the
+        COMPLETION before the failure: the Send ran (its condition held: a Send whose
+        test failed completes at once, as a NOP) and was flushed waiting for its
+        acknowledgement. RC cannot tell the target whether the initiator received it; a
+        LOAD changes nothing in the target, so the reference applies it as the NIC served
+        it, and the initiator either has its COMPLETION (and its data, sent before on the
+        same QP) or, the connection being down, nothing is expected of it. Only LOADs:
+        a store's effects are rolled back by the salvage (O5). The variant, or None."""
+        if cs.failed_at is None or len(f.request) < 2 or f.request[1] != KbtpOpcode.LOAD \
+                or f.ticket is not None or f.unbound is not None:
+            return None
+        tracer = self.sim.tracer
+        assert tracer is not None
+        for w in cs.templates:
+            if w.role is not Role.CONN or w.opcode is not Opcode.SEND \
+                    or VARIANTS.get(w.part) is None or VARIANTS[w.part].op != "LOAD" \
+                    or w.name not in info.wrs:
+                continue
+            qpn, idx = info.wrs[w.name]
+            tl = tracer.timeline(cs.nic.name, qpn, idx)
+            if "started" in tl and tl["started"] < cs.failed_at \
+                    and tl.get("status") not in (None, "SUCCESS"):
+                return w.part
+        return None
 
     def _finish_time(self, cs: ChainServer, info: CreditInfo, name: str | None,
                      f: Finished) -> int:

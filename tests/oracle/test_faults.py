@@ -142,3 +142,18 @@ def test_chain_load_racing_a_free_and_reallocation(profile: str) -> None:
     assert res.completion.status != Status.OK  # type: ignore[attr-defined]
     served = seen["server"].served["LOAD"]  # type: ignore[attr-defined]
     assert served["cpu"] >= 1, served  # handed over by the re-check
+
+
+def test_a_load_completion_sent_unacknowledged_before_a_drop_is_not_a_divergence() -> None:
+    """Found with decision C21 (FREE on the NIC): a LOAD's chain sent its COMPLETION, the
+    initiator received it, and the connection failed before the acknowledgement reached
+    the target, which therefore cannot count the LOAD (decision O5: served only if its
+    Send's CQE came). RC leaves that open; a LOAD changes nothing in the target, so the
+    reference applies it as served and the live target's completion counters are
+    compared with it added (``ObservedServer.unacknowledged``). This campaign had 1
+    divergence ("message 38 the shadow never sent") before."""
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=96,
+                            mix="pipeline", faults=parse_faults("stall,reorder,slot,drop"),
+                            chains="v2", free_on_nic=True))
+    assert res.ok, res.divergences[:1]
+    assert res.events["unacknowledged"] >= 1

@@ -131,10 +131,9 @@ def _retired(h: Harness) -> int:
 
 
 def test_a_request_runs_only_its_own_variant() -> None:
-    """One LOAD executes the common part, LOAD's sub-master and lane and the credit's
-    connection WRs, not the other variants' WRs (fewer than half of v2 without it). With
-    FREE on the NIC (reader counts): C15's LOAD, which can run undispatched (C21's
-    cannot)."""
+    """One STORE executes the common part, the STORE's sub-master and lane and the
+    credit's connection WRs, not the other variants' WRs (fewer than half of v2 without
+    it). Without the LOAD variant: C21's LOAD runs only dispatched."""
     import kbtpsim.chains.harness as harness
 
     orig = harness.prepare_chain
@@ -144,15 +143,16 @@ def test_a_request_runs_only_its_own_variant() -> None:
             lambda c, ch, p, check=True, d=disp: orig(c, ch, p, check, dispatch=d))
         try:
             h = Harness("ideal-be", False, credits=3, chains="v2",
-                        variants=("load", "alloc_inline", "alloc_read", "free"))
+                        variants=("store_inline", "store_read", "alloc_inline",
+                                  "alloc_read"))
         finally:
             harness.prepare_chain = orig  # type: ignore[assignment]
-        msgs = _requests(h, "LOAD", 4096, 3)
+        msgs = _requests(h, "STORE-INLINE", 4096, 3)
         h.run(msgs[:4])
         before = _retired(h)
-        load = msgs[4]
-        res = h.run([load], hello=False)
-        assert res.served[load.request_id] == "load" and h.mismatches() == []
+        store = msgs[4]
+        res = h.run([store], hello=False)
+        assert res.served[store.request_id] == "store_inline" and h.mismatches() == []
         counts[disp] = _retired(h) - before
     assert counts[True] < counts[False] / 2, counts
 
