@@ -17,6 +17,7 @@ from kbtpsim.chains.ir import (
     WrTemplate,
 )
 from kbtpsim.chains.load_direct import DirectLoadSteps
+from kbtpsim.chains.load_recv import RecvLoadSteps
 from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
@@ -32,7 +33,7 @@ from kbtpsim.nic.cq import CQE_BYTE_CNT
 from kbtpsim.nic.wqe import Opcode
 
 
-class VariantSteps(DirectLoadSteps, AllocSteps, FreeSteps):
+class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
     """Mixed into the chain builder (:mod:`kbtpsim.chains.compiler`), which provides the
     chain, the geometry, the byte orders and the helpers used here."""
 
