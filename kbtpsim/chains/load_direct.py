@@ -181,22 +181,26 @@ class DirectLoadSteps(StepHelpers):
             self.patch(name, v.name, 1, [self._handle_src()], f"wqe:{dest}.raddr",
                        "Block Handle << 8", ro, ("recv",), self._shift_at())
             self.chain.wr(name).lane = f"{v.name}{SUB_LANE}rdr"
-        self.add(WrTemplate(
-            "load_readers", Role.WORKER, Opcode.FETCH_ADD, v.name, 2,
-            fields={"raddr": Placed("p_h_rdr", "Block Handle << 8", ro, "patch"),
-                    "rkey": Addr("key:readers"), "swap_add": Const(1, "+ 1")},
-            places=(Place("buf:rdr_old", 8, "the count before (unused)", "big"),),
-            cond=armed, remote_kind="readers",
-            note="one reader more of the handle, before the entry Read (C20)"))
+        self._reader_count(v, True, 2, Placed("p_h_rdr", "Block Handle << 8", ro, "patch"),
+                           armed, "one reader more of the handle, before the entry Read "
+                           "(C20)")
 
     def _load_unread(self, v: Variant, armed: CondSpec) -> None:
         """Decision C20: once the data Write has completed (the block has been read), the
         count goes down again, on every path that raised it (the same condition)."""
+        self._reader_count(v, False, 4, Placed("p_h_unr", "Block Handle << 8", self.ro,
+                                               "patch"), armed,
+                           "one reader fewer, after the data Write completed (C20)")
+
+    def _reader_count(self, v: Variant, up: bool, step: int, raddr: Placed,
+                      cond: CondSpec, note: str) -> None:
+        """The LOAD's FetchAdd on its handle's reader count (decision C20): + 1
+        (``load_readers``) or - 1 (``load_unread``), at ``raddr`` under the readers' key."""
         self.add(WrTemplate(
-            "load_unread", Role.WORKER, Opcode.FETCH_ADD, v.name, 4,
-            fields={"raddr": Placed("p_h_unr", "Block Handle << 8", self.ro, "patch"),
-                    "rkey": Addr("key:readers"), "swap_add": Const(M64, "- 1")},
-            places=(Place("buf:rdr_old2", 8, "the count before (unused)", "big"),),
-            cond=armed, remote_kind="readers",
-            note="one reader fewer, after the data Write completed (C20)"))
+            "load_readers" if up else "load_unread", Role.WORKER, Opcode.FETCH_ADD, v.name,
+            step, fields={"raddr": raddr, "rkey": Addr("key:readers"),
+                          "swap_add": Const(1, "+ 1") if up else Const(M64, "- 1")},
+            places=(Place("buf:rdr_old" if up else "buf:rdr_old2", 8,
+                          "the count before (unused)", "big"),),
+            cond=cond, remote_kind="readers", note=note))
 

@@ -19,7 +19,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.lowering import M64, RCQE
+from kbtpsim.chains.lowering import RCQE
 from kbtpsim.chains.steps import StepHelpers
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
@@ -72,14 +72,10 @@ class RecvLoadSteps(StepHelpers):
         in_range = self._load_in_range()
         readers = self.geo.readers
         if readers:  # C20's + 1 first, its address placed by the receive; then the Read
-            self.add(WrTemplate(
-                "load_readers", Role.WORKER, Opcode.FETCH_ADD, v.name, 1,
-                fields={"raddr": Placed("recv", "Block Handle << 8", ro, "request"),
-                        "rkey": Addr("key:readers"), "swap_add": Const(1, "+ 1")},
-                places=(Place("buf:rdr_old", 8, "the count before (unused)", "big"),),
-                cond=in_range, remote_kind="readers",
-                note="one reader more of the handle, a step before the entry Read on its "
-                     "QP (C20, C21)"))
+            self._reader_count(v, True, 1, Placed("recv", "Block Handle << 8", ro,
+                                                  "request"), in_range,
+                               "one reader more of the handle, a step before the entry "
+                               "Read on its QP (C20, C21)")
             self.patch("p_h_load", v.name, 1, [self._handle_src()], "wqe:load_read.raddr",
                        "Block Handle << 8", ro, ("recv",))
             self.chain.wr("p_h_load").lane = f"{v.name}{SUB_LANE}h"
@@ -204,10 +200,7 @@ class RecvLoadSteps(StepHelpers):
             self.patch("p_h_unr", v.name, 1, [self._handle_src()], "wqe:load_unread.raddr",
                        "Block Handle << 8", ro, ("recv",))
             self.chain.wr("p_h_unr").lane = f"{v.name}{SUB_LANE}h"
-            self.add(WrTemplate(
-                "load_unread", Role.WORKER, Opcode.FETCH_ADD, v.name, data + 1,
-                fields={"raddr": Placed("p_h_unr", "Block Handle << 8", ro, "patch"),
-                        "rkey": Addr("key:readers"), "swap_add": Const(M64, "- 1")},
-                places=(Place("buf:rdr_old2", 8, "the count before (unused)", "big"),),
-                cond=self._load_in_range(), remote_kind="readers",
-                note="one reader fewer, after the data Write completed (C20)"))
+            self._reader_count(v, False, data + 1, Placed("p_h_unr", "Block Handle << 8",
+                                                          ro, "patch"),
+                               self._load_in_range(),
+                               "one reader fewer, after the data Write completed (C20)")
