@@ -228,13 +228,13 @@ class CreditCompletions:
                         self._effect_time(cr), read, unbound,
                         cr.ticket_time if taken else None, cr.bound_time)
 
-    def arrived(self) -> tuple[int, bytes] | None:
+    def arrived(self) -> int | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)
-        and its chain has not ended yet: (credit, request octets)."""
+        and its chain has not ended yet (its octets: :meth:`request_bytes`)."""
         cr = self.live.get(self.finished)
         if cr is None or cr.recv_len is None or cr.early:
             return None
-        return cr.number, self.request_bytes(cr)
+        return cr.number
 
     def take_early(self, credit: int, now: int) -> Finished:
         """The CPU takes ``credit``'s request before its chain ends (no variant can serve

@@ -106,12 +106,10 @@ class ChainCpuLoop(_Base):
         from its octets: :func:`~kbtpsim.chains.dispatch.static_miss`), taken by the CPU
         now rather than when its chain has run to its end. Only with no credit held: the
         CPU's work requests go into this credit's slots, after every earlier one's."""
-        got = cc.chains.arrived()
-        if got is None:
-            return []
-        credit, request = got
-        if cc.checked == credit:  # judged at an earlier wake-up: its octets are the same
-            return []
+        credit = cc.chains.arrived()
+        if credit is None or cc.checked == credit:  # none, or judged at an earlier
+            return []  # wake-up: its octets are the same
+        request = cc.chains.request_bytes(cc.chains.live[credit])
         reason = static_miss(request, cc.plan.offloaded, self.config.block_size,
                              self.config.addr_le)
         if reason is None:

@@ -6,6 +6,7 @@ provides the queues, buffers and keys."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
 _LOC = re.compile(r"^(buf|wqe):([A-Za-z0-9_]+(?:\.cas\w*)?)(?:\.([A-Za-z0-9_.]+?))?"
                   r"(?:\+(\d+))?$")
 ROLE_BITS = 16
+
+
+@functools.cache
+def _parse_loc(loc: str) -> tuple[str, str, str | None, int]:
+    """``loc`` as (kind, name, field, offset): a pure function of the string, memoised
+    (a credit's chain resolves the same few hundred locations every round)."""
+    m = _LOC.match(loc)
+    if m is None:
+        raise ValueError(f"bad location {loc!r}")
+    return m.group(1), m.group(2), m.group(3), int(m.group(4) or 0)
+
 COMMIT_TAG = 0xC000
 #: ``wr_id`` bit of the CPU's work requests written into a credit's CPU slots
 CPU_WR = 1 << 62
@@ -92,10 +104,7 @@ class WrResolution:
 
     def _loc(self, cr: _Credit, loc: str) -> tuple[int, int]:
         """(address, key) of ``buf:NAME[+n]`` / ``wqe:WR.FIELD[+n]``."""
-        m = _LOC.match(loc)
-        if m is None:
-            raise ValueError(f"bad location {loc!r}")
-        kind, name, fld, off = m.group(1), m.group(2), m.group(3), int(m.group(4) or 0)
+        kind, name, fld, off = _parse_loc(loc)
         if kind == "buf":
             if name in self.consts:
                 return self.consts[name] + off, self.scratch.lkey

@@ -96,13 +96,26 @@ def field_layout(wr: WorkRequest) -> dict[str, tuple[int, int]]:
 
     Data segment ``i`` has ``sgeI.count``, ``sgeI.lkey`` and ``sgeI.addr``; ``sge.addr`` etc.
     name segment 0. Byte order of every multi-octet field is the profile's WQE byte order.
+    The dict is shared by every WR of the same shape: read it, do not modify it.
     """
+    inline_len = None if wr.inline_data is None else len(wr.inline_data)
+    shape = (wr.opcode, bool(int(wr.flags) & 0x01), len(wr.sges), inline_len)
+    out = _LAYOUTS.get(shape)
+    if out is None:
+        out = _LAYOUTS[shape] = _field_offsets(*shape)
+    return out
+
+
+#: field layouts by WQE shape (opcode, conditional, SGE count, inline length)
+_LAYOUTS: dict[tuple[Opcode, bool, int, int | None], dict[str, tuple[int, int]]] = {}
+
+
+def _field_offsets(opcode: Opcode, conditional: bool, n_sges: int,
+            inline_len: int | None) -> dict[str, tuple[int, int]]:
     out = dict(_CTRL_FIELDS)
     off = CTRL_SIZE
     n_data = 0
-    inline_len = None if wr.inline_data is None else len(wr.inline_data)
-    for name, size in _segments(wr.opcode, bool(int(wr.flags) & 0x01),
-                                len(wr.sges), inline_len):
+    for name, size in _segments(opcode, conditional, n_sges, inline_len):
         if name == "data":
             for key, (o, s) in (("count", (0, 4)), ("lkey", (4, 4)), ("addr", (8, 8))):
                 out[f"sge{n_data}.{key}"] = (off + o, s)
