@@ -105,6 +105,16 @@ class CreditCompletions:
         """CQEs generated but not polled yet (their DMA write may still be landing)."""
         return bool(len(self.chain_cq) or len(self.recv_cq))
 
+    def polled_cqs(self) -> tuple[CompletionQueue, ...]:
+        """The CQs :meth:`poll` takes CQEs from for the CPU (not the gate's)."""
+        return (self.chain_cq, self.recv_cq)
+
+    def next_cqe_time(self) -> int | None:
+        """When the earliest CQE generated and not polled yet becomes visible (its DMA
+        write lands), or None: the first instant at which a poll can find anything new."""
+        times = [cq.pending[0].time for cq in self.polled_cqs() if cq.pending]
+        return min(times) if times else None
+
     def request_bytes(self, cr: _Credit) -> bytes:
         """The request as received: the receive's placements read back in message order
         (decision C21: the handle's address octets from the LOAD's entry Read)."""

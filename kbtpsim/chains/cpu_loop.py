@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
-from kbtpsim.chains.post import Finished
+from kbtpsim.chains.post import ChainServer, Finished
 from kbtpsim.chains.serving import CHAIN
 from kbtpsim.system.server import SoftwareTargetServer
 from kbtpsim.target import Effect
@@ -46,6 +46,7 @@ class ChainCpuLoop(_Base):
         def _serve_cpu(self, cc: _ChainConn, f: Finished) -> Gen: ...
         def _release_done(self, cc: _ChainConn) -> None: ...
         def _refill(self, cc: _ChainConn) -> Gen: ...
+        def _refill_due(self, cc: _ChainConn) -> bool: ...
         def _recover(self, cc: _ChainConn) -> Gen: ...
 
     def _call(self, entry: tuple[Any, ...], now: int) -> list[Effect]:
@@ -84,7 +85,7 @@ class ChainCpuLoop(_Base):
             if not conn.up:
                 cc.orphans.extend(finished)
                 break
-            if finished or conn.inbox or cc.held or cs.free_slots \
+            if finished or conn.inbox or cc.held or self._refill_due(cc) \
                     or self.target.waiting_allocations:
                 with cpu.request() as core:
                     yield core
@@ -96,10 +97,22 @@ class ChainCpuLoop(_Base):
             woken = env.event()  # one event for every CQ watched (CompletionQueue.notify)
             cs.arm_wake(woken)
             events = [woken, cc.wake]
-            if cs.cqes_in_flight():
-                events.append(env.timeout(max(1, cpu.poll_ps)))
+            if cs.cqes_in_flight():  # poll again on the polling grid: at the first
+                events.append(env.timeout(self._poll_delay(cs)))  # grid point a CQE lands by
             yield env.any_of(events)
         yield from self._recover(cc)
+
+    def _poll_delay(self, cs: ChainServer) -> int:
+        """Until the CPU's next poll while CQEs are in flight: a poll every
+        ``cpu.poll_ps`` from now finds nothing new before the earliest of them lands,
+        so the CPU sleeps to the first such poll at or after that landing (any CQE
+        generated meanwhile wakes it as before)."""
+        step = max(1, self.cpu.poll_ps)
+        land = cs.next_cqe_time()
+        now = int(self.env.now)
+        if land is None or land <= now:
+            return step
+        return -(-(land - now) // step) * step
 
     def _take_early(self, cc: _ChainConn) -> list[Finished]:
         """The next request, if it has arrived and no chain variant can serve it (judged

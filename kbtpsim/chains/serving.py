@@ -190,12 +190,16 @@ class CreditServing:
         cc.chains.sync_credits(after, sess is not None and sess.name == cc.initiator,
                                self._allowed(cc), cc.no_arm)
 
+    def _refill_due(self, cc: _ChainConn) -> bool:
+        """Enough finished chains for a refill: ``refill_batch`` (at most the credits)."""
+        return len(cc.chains.free_slots) >= min(self.refill_batch, cc.chains.credits)
+
     def _refill(self, cc: _ChainConn) -> Gen:
         """Re-post finished chains, at least ``refill_batch`` at a time (one doorbell)."""
         cs = cc.chains
-        batch = min(self.refill_batch, cs.credits)
-        if len(cs.free_slots) < batch:
+        if not self._refill_due(cc):
             return
+        batch = min(self.refill_batch, cs.credits)
         cs.alloc_budget = self._allowed(cc) - len(cs.armed_credits()) if cs.session else 0
         n = cs.refill(batch)
         if n:

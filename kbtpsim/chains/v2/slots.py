@@ -237,5 +237,8 @@ class SlotQueues(ChainServer):
             return True
         return any(cq.pending for cq in self.slot_chain_cqs)
 
+    def polled_cqs(self) -> tuple[CompletionQueue, ...]:
+        return (*self.slot_chain_cqs, self.chain_cq, self.recv_cq)
+
 
 __all__ = ["SlotQueues"]
