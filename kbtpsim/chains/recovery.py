@@ -115,10 +115,12 @@ class ChainRecovery(_Base):
             software with that Ticket (``finish_allocation``); the disconnect keeps it
             (inline data) or returns its block to the ring (a Read source, whose data
             cannot come any more), as the software target would;
-          - an inline STORE is served again in software (its data is in the request);
+          - an inline STORE is served again in software (its data is in the request),
+            and so is a Read-source STORE whose data Read completed (its data is in the
+            block: :meth:`_store_data_already_read`);
           - anything else did nothing outside the chain's scratch memory and is
             forgotten, as a request lost with its connection (a Read-source STORE's data
-            Read, if it ran, wrote the block: counted in ``salvaged``).
+            Read cut part way wrote part of the block: counted in ``salvaged``).
 
         (Served before the failure implies its data Read, if any, succeeded: a failed
         Read fails the connection QP at its CQE, so the later commit and Send come after
@@ -166,6 +168,11 @@ class ChainRecovery(_Base):
             self._salvaged(op, "inline store")
             effects = self.on_request(cc.conn, f.request, int(self.env.now))
             yield from self.carry_out(effects, op)
+        elif isinstance(msg, Store) and f.data_read is not None:
+            self._salvaged(op, "Read-source store, data read")
+            now = int(self.env.now)
+            effects = self.on_request(cc.conn, f.request, now)
+            yield from self.carry_out(self._store_data_already_read(msg, effects, now), op)
         elif isinstance(msg, Store):
             self._tally("Read-source store")
         else:
@@ -220,6 +227,24 @@ class ChainRecovery(_Base):
                 data = self.nic.host.memory.read(self.layout.block_addr(block), e.length)
                 rest = [x for x in effects if x is not e]
                 return rest + self.target.complete_read(e.token, data, now)
+        return effects
+
+    def _store_data_already_read(self, msg: Store, effects: list[Effect],
+                                 now: int) -> list[Effect]:
+        """A Read-source STORE whose chain's data Read completed before the failure: the
+        chain read the data straight into the bound block, so the CPU, serving the
+        STORE again, answers its own Read with the block's octets (as the software target
+        would have had the data arrived before the connection closed: the STORE takes
+        effect, and its COMPLETION, if the initiator got the chain's, agrees). Forgetting
+        it left the block holding octets the target never wrote (decision O5)."""
+        for e in effects:
+            if isinstance(e, ReadInitiator):
+                entry = self.target.table.get(msg.handle)
+                assert self.layout is not None
+                data = self.nic.host.memory.read(
+                    self.layout.block_addr(entry.block_offset), e.length)
+                rest = [x for x in effects if x is not e]
+                return rest + self._call(("read", e.token, data), now)
         return effects
 
     def _salvaged(self, op: str, kind: str) -> None:

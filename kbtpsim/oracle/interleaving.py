@@ -279,6 +279,50 @@ def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
+                              observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """Decision O5 for a Read-source STORE: X stores new data to its unsealed handle with a
+    Read source; the moment the chain's data Read has placed the last octet in the bound
+    block (the chains read straight into it), X's connection fails, so the chain's
+    COMPLETION Send fails and nothing after it runs. The salvage once forgot the STORE
+    and left the block holding octets the target never wrote; it now serves the STORE
+    again with the octets already read. X reconnects and LOADs the handle. ``observe``
+    gets the server (``"server"``) and the LOAD's result (``"load"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
+                faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=4096)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x = run.inis["X"]
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        res = run.keep(x, (yield x.alloc_store(X_HANDLE, b"A" * 4096, inline=True)))
+        assert server.layout is not None
+        last = server.layout.block_addr(res.completion.block_offset) + 4095
+        store = x.store(X_HANDLE, b"B" * 4096, inline=False)
+        while mem.read(last, 1) != b"B":  # the chain's data Read has placed it all
+            yield env.timeout(1_000)
+        x.close()
+        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+            yield store
+        yield env.timeout(50_000_000)  # the target salvages X's connection
+        for _ in range(20):  # the target processes the disconnect on a core
+            try:
+                yield x.connect(server) if x.broken is not None else x.hello()
+                break
+            except Exception:
+                yield env.timeout(20_000_000)
+        run.new_connections()
+        res = run.keep(x, (yield x.load(X_HANDLE, allow_unsealed=True)))
+        if observe is not None:
+            observe["server"], observe["load"] = server, res
+
+    return _run_scripted(run, scenario())
+
+
 def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
                        observe: dict[str, Any] | None = None, chains: str = "v2",
                        transform: Any = None) -> list[Divergence]:

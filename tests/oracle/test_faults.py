@@ -10,6 +10,7 @@ from kbtpsim.oracle.campaign import Spec, run_campaign
 from kbtpsim.oracle.faults import parse_faults
 from kbtpsim.oracle.interleaving import (
     BLOCK,
+    run_drop_after_store_read,
     run_drop_during_allocation,
     run_interleaving,
     run_load_during_free,
@@ -65,6 +66,23 @@ def test_drop_during_a_chain_allocation(profile: str) -> None:
     assert sum(server.salvaged.values()) >= 1, server.salvaged  # type: ignore[attr-defined]
     # the allocation (sealed) survived: SEALED, not NOT_VALID as if it had been lost
     assert seen["store"].completion.status == Status.SEALED  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("profile", ["ideal-be", "ideal"])
+def test_drop_after_a_chain_store_read_its_data(profile: str) -> None:
+    """O5, a Read-source STORE: the connection fails once the chain's data Read has
+    placed the new octets in the bound block, before its COMPLETION. The salvage once
+    forgot the STORE (the LOAD after reconnecting delivered the new octets, the reference
+    the old, and the pool differed); it now serves the STORE again with the octets read."""
+    seen: dict[str, object] = {}
+    divs = run_drop_after_store_read(profile, observe=seen)
+    assert divs == [], [d.as_dict() for d in divs[:5]]
+    server = seen["server"]
+    assert server.salvaged.get("Read-source store, data read") == 1, \
+        server.salvaged  # type: ignore[attr-defined]
+    load = seen["load"]
+    assert load.completion.status == Status.OK  # type: ignore[attr-defined]
+    assert bytes(load.data) == b"B" * 4096  # type: ignore[attr-defined]
 
 
 def test_rdmap_placement_at_the_target_keeps_everything_on_the_cpu() -> None:
