@@ -92,28 +92,69 @@ class CreditCompletions:
         """The chains' CQEs visible now (the CPU's poll of the chain CQ)."""
         return self.chain_cq.poll(1 << 12)
 
-    def wake_cqs(self) -> list[CompletionQueue]:
-        """The CQs a sleeping CPU wakes on: a new CQE of the chains or of a receive."""
-        return [self.chain_cq, self.recv_cq]
+    def polled_cqs(self) -> tuple[CompletionQueue, ...]:
+        """The CQs :meth:`poll` takes the chains' CQEs from (the CPU's own WRs' too)."""
+        return (self.chain_cq,)
+
+    def _watch_cqs(self) -> None:
+        """Watch every CQE the CPU polls as it is generated: the CPU sleeps until one
+        it acts on (:meth:`_acts_on`), not until any."""
+        #: the sleeping CPU's wake-up event (:meth:`arm_wake`), None while it is awake
+        self._wake_ev: simpy.Event | None = None
+        #: landing times of the CQEs the CPU acts on, generated since its last poll
+        self._due: list[int] = []
+        self._polled_at = -1  #: when the CPU last polled (:meth:`poll`)
+        for cq in self.polled_cqs():
+            cq.hooks.append(self._chain_cqe)
+        self.recv_cq.hooks.append(self._act)  # a request arrived: the CPU judges it
+
+    def _chain_cqe(self, cqe: Cqe) -> None:
+        if self._acts_on(cqe):
+            self._act(cqe)
+
+    def _act(self, cqe: Cqe) -> None:
+        """A CQE the CPU acts on was generated: wake it (it polls on its grid until the
+        CQE has landed: :meth:`wake_delay`)."""
+        self._due.append(cqe.time)
+        ev = self._wake_ev
+        if ev is not None:
+            self._wake_ev = None
+            if not ev.triggered:
+                ev.succeed()
+
+    def _acts_on(self, cqe: Cqe) -> bool:
+        """Whether a poll that finds ``cqe`` can do anything the polls before it did not:
+        an error, one of the CPU's own WRs, or the CQE that completes its credit's count
+        (the chain ended, or ran out after the CPU took its request). Every other CQE
+        is counted (``_Credit.pushed``) and polled with the next one that matters."""
+        cr = self._live_credit(cqe.wr_id >> ROLE_BITS)
+        if cr is not None:
+            cr.pushed += 1
+        if cqe.status is not WcStatus.SUCCESS or cqe.wr_id & CPU_WR or cr is None:
+            return True
+        if cr.recv_len is None or self.failed_at is not None:
+            return True  # its counts are not known yet (the variant it was dispatched to)
+        if cr.early or cr.number in self._early:
+            return cr.pushed >= self._full_count(cr)
+        return cr.pushed >= min(self._finish_count(cr), self._full_count(cr))
 
     def arm_wake(self, ev: simpy.Event) -> None:
-        """Succeed ``ev`` at the next CQE of any of :meth:`wake_cqs`."""
-        for cq in self.wake_cqs():
-            cq.notify(ev)
+        """Succeed ``ev`` at the next CQE the CPU acts on (:meth:`_acts_on`), or the next
+        receive."""
+        self._wake_ev = ev
 
-    def cqes_in_flight(self) -> bool:
-        """CQEs generated but not polled yet (their DMA write may still be landing)."""
-        return bool(len(self.chain_cq) or len(self.recv_cq))
-
-    def polled_cqs(self) -> tuple[CompletionQueue, ...]:
-        """The CQs :meth:`poll` takes CQEs from for the CPU (not the gate's)."""
-        return (self.chain_cq, self.recv_cq)
-
-    def next_cqe_time(self) -> int | None:
-        """When the earliest CQE generated and not polled yet becomes visible (its DMA
-        write lands), or None: the first instant at which a poll can find anything new."""
-        times = [cq.pending[0].time for cq in self.polled_cqs() if cq.pending]
-        return min(times) if times else None
+    def wake_delay(self, now: int, step: int) -> int | None:
+        """Until the sleeping CPU's next poll, if a CQE it acts on has been generated and
+        not polled: it polls every ``step`` from ``now``, so at the first such instant at
+        or after the CQE lands (None: nothing to wait for but the next such CQE)."""
+        due = [t for t in self._due if t > self._polled_at]
+        self._due = due
+        if not due:
+            return None
+        land = min(due)
+        if land <= now:
+            return step
+        return -(-(land - now) // step) * step
 
     def request_bytes(self, cr: _Credit) -> bytes:
         """The request as received: the receive's placements read back in message order
@@ -142,6 +183,7 @@ class CreditCompletions:
 
     def poll(self, now: int) -> list[Finished]:
         """Credits whose chain ended since the last call, in order."""
+        self._polled_at = now
         self.gate_cq.poll(1 << 12)  # gate NOP CQEs only feed WAITs: drain them
         for c in self.recv_cq.poll(1 << 12):
             cr = self._live_credit(c.wr_id)

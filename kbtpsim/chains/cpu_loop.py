@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from kbtpsim.chains.dispatch import CHAIN_TESTS, SLOT_NOT_READY, static_miss
-from kbtpsim.chains.post import ChainServer, Finished
+from kbtpsim.chains.post import Finished
 from kbtpsim.chains.serving import CHAIN
 from kbtpsim.system.server import SoftwareTargetServer
 from kbtpsim.target import Effect
@@ -95,24 +95,13 @@ class ChainCpuLoop(_Base):
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
             cc.wake = env.event()
             woken = env.event()  # one event for every CQ watched (CompletionQueue.notify)
-            cs.arm_wake(woken)
+            cs.arm_wake(woken)  # at a CQE it acts on (ChainServer._acts_on)
             events = [woken, cc.wake]
-            if cs.cqes_in_flight():  # poll again on the polling grid: at the first
-                events.append(env.timeout(self._poll_delay(cs)))  # grid point a CQE lands by
+            delay = cs.wake_delay(int(env.now), max(1, cpu.poll_ps))
+            if delay is not None:  # such a CQE is landing: poll when it has
+                events.append(env.timeout(delay))
             yield env.any_of(events)
         yield from self._recover(cc)
-
-    def _poll_delay(self, cs: ChainServer) -> int:
-        """Until the CPU's next poll while CQEs are in flight: a poll every
-        ``cpu.poll_ps`` from now finds nothing new before the earliest of them lands,
-        so the CPU sleeps to the first such poll at or after that landing (any CQE
-        generated meanwhile wakes it as before)."""
-        step = max(1, self.cpu.poll_ps)
-        land = cs.next_cqe_time()
-        now = int(self.env.now)
-        if land is None or land <= now:
-            return step
-        return -(-(land - now) // step) * step
 
     def _take_early(self, cc: _ChainConn) -> list[Finished]:
         """The next request, if it has arrived and no chain variant can serve it (judged

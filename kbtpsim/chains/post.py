@@ -213,6 +213,7 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         #: and each octet written into a live credit's scratch in NIC device memory
         #: (session and quota octets: :meth:`set_session`, :meth:`arm`, :meth:`disarm`)
         self.mmio_writes = 0
+        self._watch_cqs()
         for _ in range(credits):
             self._post_credit()
         self._doorbell()

@@ -46,6 +46,7 @@ def _parse_loc(loc: str) -> tuple[str, str, str | None, int]:
         raise ValueError(f"bad location {loc!r}")
     return m.group(1), m.group(2), m.group(3), int(m.group(4) or 0)
 
+
 COMMIT_TAG = 0xC000
 #: ``wr_id`` bit of the CPU's work requests written into a credit's CPU slots
 CPU_WR = 1 << 62
@@ -57,6 +58,8 @@ class _Credit:
     bufs: dict[str, int]
     index: dict[str, tuple[QueuePair, int]] = field(default_factory=dict)
     seen: int = 0
+    #: CQEs of this credit generated so far (seen: polled so far)
+    pushed: int = 0
     served: str | None = None
     recv_len: int | None = None
     alloc_armed: bool = False  #: the CPU allowed an ALLOC_STORE in this credit (quota)

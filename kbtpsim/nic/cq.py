@@ -136,7 +136,7 @@ class CompletionQueue:
     where its CQEs are written in memory (``depth`` x 64 octets)."""
 
     __slots__ = ("_entries", "_hold", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
-                 "ignore_overrun", "overwritten", "pending")
+                 "hooks", "ignore_overrun", "overwritten", "pending")
 
     def __init__(self, env: simpy.Environment, cqn: int, depth: int,
                  buffer_addr: int | None = None, ignore_overrun: bool = False) -> None:
@@ -154,6 +154,9 @@ class CompletionQueue:
         #: whether a poll can find anything, without a call of ``len``)
         self.pending = self._entries
         self._waiters: list[tuple[int, simpy.Event]] = []
+        #: called with every CQE generated, after the waiters it satisfies are woken
+        #: (a sleeping CPU's filter of the CQEs it acts on: kbtpsim.chains.completions)
+        self.hooks: list[Callable[[Cqe], None]] = []
         self._hold = clock_hold(env)
         #: a full CQ overwrites its oldest CQE instead of overrunning (MLNX_OFED's
         #: IBV_EXP_CQ_IGNORE_OVERRUN, which RedN sets on the CQs its chains WAIT on)
@@ -179,6 +182,8 @@ class CompletionQueue:
                 for _, ev in ready:
                     if not ev.triggered:  # an event shared by several CQs (notify)
                         ev.succeed()
+        for hook in self.hooks:
+            hook(cqe)
 
     def slot_addr(self, index: int) -> int:
         """Address of the buffer slot CQE number ``index`` is written to."""

@@ -380,6 +380,8 @@ class QueuePair(RxSide, SendOps):
                 if wr.cond is not None:
                     run = yield from self._condition(ctx, wr)
                 if run:
+                    if nic.tracer is not None and wr.opcode is not Opcode.NOP:
+                        self._mark(idx, "executed")  # its operation, its condition held
                     yield from handlers[wr.opcode](ctx, wr)
                 if ctx.done.triggered and ctx.done.value is not WcStatus.SUCCESS:
                     self.halted = True

@@ -192,4 +192,4 @@ class _Lanes:
         return base if len(ends) == 1 else f"{base} #{len(ends)}"
 
 
-_PHASES = frozenset({"posted", "doorbell", "fetched", "started", "finished"})
+_PHASES = frozenset({"posted", "doorbell", "fetched", "started", "executed", "finished"})

@@ -237,13 +237,15 @@ class ObservedServer(OffloadedTargetServer):
                              f: Finished) -> str | None:
         """A LOAD on a connection that failed, which the target counts as not served
         (its COMPLETION's CQE never came: decision O5), though its chain had sent the
-        COMPLETION before the failure: the Send ran (its condition held: a Send whose
-        test failed completes at once, as a NOP) and was flushed waiting for its
-        acknowledgement. RC cannot tell the target whether the initiator received it; a
-        LOAD changes nothing in the target, so the reference applies it as the NIC served
-        it, and the initiator either has its COMPLETION (and its data, sent before on the
-        same QP) or, the connection being down, nothing is expected of it. Only LOADs:
-        a store's effects are rolled back by the salvage (O5). The variant, or None."""
+        COMPLETION before the failure: the Send executed (its condition held; a Send
+        whose test failed, or was still being read, retires flushed at the failure as
+        well) and was flushed waiting for its acknowledgement. RC cannot tell the
+        target whether the initiator received it; a LOAD changes nothing in the target,
+        so the reference applies it as the NIC served it, and the initiator either has
+        its COMPLETION (and its data, sent before on the same QP) or, the connection
+        being down, nothing is expected of it. Only LOADs: the salvage (O5) serves a
+        store it cuts again wherever its data is at hand, so the target sends that
+        COMPLETION itself. The variant, or None."""
         if cs.failed_at is None or len(f.request) < 2 or f.request[1] != KbtpOpcode.LOAD \
                 or f.ticket is not None or f.unbound is not None:
             return None
@@ -256,7 +258,9 @@ class ObservedServer(OffloadedTargetServer):
                 continue
             qpn, idx = info.wrs[w.name]
             tl = tracer.timeline(cs.nic.name, qpn, idx)
-            if "started" in tl and tl["started"] < cs.failed_at \
+            # "executed": it ran as a Send (its condition held, or a CAS armed it); a WR
+            # whose test failed, or not yet decided, retires flushed at the failure too
+            if "executed" in tl and tl["executed"] < cs.failed_at \
                     and tl.get("status") not in (None, "SUCCESS"):
                 return w.part
         return None

@@ -175,3 +175,17 @@ def test_a_load_completion_sent_unacknowledged_before_a_drop_is_not_a_divergence
                             chains="v2", free_on_nic=True))
     assert res.ok, res.divergences[:1]
     assert res.events["unacknowledged"] >= 1
+
+
+def test_a_load_send_flushed_before_its_test_ran_is_not_taken_as_sent() -> None:
+    """The check above once took a COMPLETION Send for sent when it had only started:
+    a Send whose condition was still being read (or had failed) retires flushed at the
+    failure too. This campaign's LOAD of an unsealed block (its test failed: no
+    COMPLETION) was then counted OK in the live counters while the reference, applying
+    it, answered NOT_SEALED ("completion counters" divergence, once the CPU woke only for
+    the CQEs it acts on). A Send counts as sent only if it executed (trace phase
+    ``executed``)."""
+    res = run_campaign(Spec(seed=2, profile="ideal-be", addr_le=False, ops=96,
+                            mix="pipeline", faults=parse_faults("stall,reorder,slot,drop"),
+                            chains="v2", free_on_nic=True))
+    assert res.ok, res.divergences[:1]

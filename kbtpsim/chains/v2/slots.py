@@ -226,19 +226,8 @@ class SlotQueues(ChainServer):
                 out.extend(cq.poll(1 << 12))
         return out
 
-    def wake_cqs(self) -> list[CompletionQueue]:
-        slots = sorted({self._slot(self.finished), *(self._slot(n) for n in self._early)})
-        return [*(cq for s in slots for cq in (self.slot_cqs[s],
-                                               *self.variant_cqs[s].values())),
-                self.chain_cq, self.recv_cq]
-
-    def cqes_in_flight(self) -> bool:
-        if self.chain_cq.pending or self.recv_cq.pending:
-            return True
-        return any(cq.pending for cq in self.slot_chain_cqs)
-
     def polled_cqs(self) -> tuple[CompletionQueue, ...]:
-        return (*self.slot_chain_cqs, self.chain_cq, self.recv_cq)
+        return (*self.slot_chain_cqs, self.chain_cq)
 
 
 __all__ = ["SlotQueues"]
