@@ -118,23 +118,31 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
         proc = x.alloc_store(X_HANDLE, b"X" * 4096, seal=True)
         while mem.read_u64(head, order) >> 32 < 1:  # the chain holds its ticket
             yield env.timeout(100_000)
-        x.close()
-        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
-            yield proc
-        yield env.timeout(50_000_000)
-        for _ in range(20):  # the target processes the disconnect on a core
-            try:
-                yield x.connect(server) if x.broken is not None else x.hello()
-                break
-            except Exception:
-                yield env.timeout(20_000_000)
-        run.new_connections()
+        yield from _drop_and_reconnect(run, x, proc)
         res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
         run.keep(x, res)
         if observe is not None:
             observe["server"], observe["store"] = server, res
 
     return _run_scripted(run, scenario())
+
+
+def _drop_and_reconnect(run: _Run, x: Any, proc: simpy.Process
+                        ) -> Generator[simpy.Event, Any, None]:
+    """X's connection fails now (``Initiator.close``) with ``proc`` in flight; once the
+    target has salvaged it and processed the disconnect, X connects again."""
+    env, server = run.env, run.server
+    x.close()
+    with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+        yield proc
+    yield env.timeout(50_000_000)  # the target salvages X's connection
+    for _ in range(20):  # the target processes the disconnect on a core
+        try:
+            yield x.connect(server) if x.broken is not None else x.hello()
+            break
+        except Exception:
+            yield env.timeout(20_000_000)
+    run.new_connections()
 
 
 def run_load_then_store(profile: str = "ideal-be", seed: int = 1,
@@ -305,17 +313,7 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
         store = x.store(X_HANDLE, b"B" * 4096, inline=False)
         while mem.read(last, 1) != b"B":  # the chain's data Read has placed it all
             yield env.timeout(1_000)
-        x.close()
-        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
-            yield store
-        yield env.timeout(50_000_000)  # the target salvages X's connection
-        for _ in range(20):  # the target processes the disconnect on a core
-            try:
-                yield x.connect(server) if x.broken is not None else x.hello()
-                break
-            except Exception:
-                yield env.timeout(20_000_000)
-        run.new_connections()
+        yield from _drop_and_reconnect(run, x, store)
         res = run.keep(x, (yield x.load(X_HANDLE, allow_unsealed=True)))
         if observe is not None:
             observe["server"], observe["load"] = server, res
