@@ -127,10 +127,13 @@ class CreditCompletions:
         an error, one of the CPU's own WRs, or the CQE that completes its credit's count
         (the chain ended, or ran out after the CPU took its request). Every other CQE
         is counted (``_Credit.pushed``) and polled with the next one that matters."""
+        if cqe.wr_id & CPU_WR:
+            return True
         cr = self._live_credit(cqe.wr_id >> ROLE_BITS)
-        if cr is not None:
-            cr.pushed += 1
-        if cqe.status is not WcStatus.SUCCESS or cqe.wr_id & CPU_WR or cr is None:
+        if cr is None:
+            return True
+        cr.pushed += 1  # as poll() counts it in ``seen``
+        if cqe.status is not WcStatus.SUCCESS:
             return True
         if cr.recv_len is None or self.failed_at is not None:
             return True  # its counts are not known yet (the variant it was dispatched to)

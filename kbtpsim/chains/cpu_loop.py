@@ -94,8 +94,8 @@ class ChainCpuLoop(_Base):
                     continue
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands
             cc.wake = env.event()
-            woken = env.event()  # one event for every CQ watched (CompletionQueue.notify)
-            cs.arm_wake(woken)  # at a CQE it acts on (ChainServer._acts_on)
+            woken = env.event()  # fired by the next CQE it acts on
+            cs.arm_wake(woken)  # (ChainServer._acts_on), or a receive
             events = [woken, cc.wake]
             delay = cs.wake_delay(int(env.now), max(1, cpu.poll_ps))
             if delay is not None:  # such a CQE is landing: poll when it has
