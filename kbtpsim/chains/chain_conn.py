@@ -68,3 +68,5 @@ class _ChainConn:
     #: judged servable by a chain (its request does not change while it waits: not
     #: decoded again)
     checked: int = -1
+    #: times the connection's CPU process woke (or looped) to poll its chains
+    wakeups: int = 0

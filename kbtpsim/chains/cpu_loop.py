@@ -75,6 +75,7 @@ class ChainCpuLoop(_Base):
         conn = cc.conn
         assert conn is not None
         while conn.up:
+            cc.wakeups += 1
             finished = cs.poll(int(env.now))
             if not finished and not cc.held and cc.holding is None and not cs.software:
                 finished = self._take_early(cc)
