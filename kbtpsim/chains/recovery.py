@@ -5,7 +5,7 @@ connection's chains, waits until nothing of them runs, and salvages what they di
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -218,16 +218,9 @@ class ChainRecovery(_Base):
         when it returns to the ring (decision O5)."""
         if f.data_read is None:
             return effects
-        for e in effects:
-            if isinstance(e, ReadInitiator):
-                block = self.target.read_block(e.token)
-                if block is None:
-                    return effects
-                assert self.layout is not None
-                data = self.nic.host.memory.read(self.layout.block_addr(block), e.length)
-                rest = [x for x in effects if x is not e]
-                return rest + self.target.complete_read(e.token, data, now)
-        return effects
+        return self._read_from_block(
+            effects, lambda e: self.target.read_block(e.token),
+            lambda token, data: self.target.complete_read(token, data, now))
 
     def _store_data_already_read(self, msg: Store, effects: list[Effect],
                                  now: int) -> list[Effect]:
@@ -237,14 +230,24 @@ class ChainRecovery(_Base):
         would have had the data arrived before the connection closed: the STORE takes
         effect, and its COMPLETION, if the initiator got the chain's, agrees). Forgetting
         it left the block holding octets the target never wrote (decision O5)."""
+        return self._read_from_block(
+            effects, lambda e: self.target.table.get(msg.handle).block_offset,
+            lambda token, data: self._call(("read", token, data), now))
+
+    def _read_from_block(self, effects: list[Effect],
+                         block_of: Callable[[ReadInitiator], int | None],
+                         complete: Callable[[int, bytes], list[Effect]]) -> list[Effect]:
+        """``effects`` with the CPU's own RDMA Read among them answered by ``complete``
+        with the octets already in the block ``block_of`` names (unchanged if there is
+        no such Read, or no block)."""
         for e in effects:
             if isinstance(e, ReadInitiator):
-                entry = self.target.table.get(msg.handle)
+                block = block_of(e)
+                if block is None:
+                    return effects
                 assert self.layout is not None
-                data = self.nic.host.memory.read(
-                    self.layout.block_addr(entry.block_offset), e.length)
-                rest = [x for x in effects if x is not e]
-                return rest + self._call(("read", e.token, data), now)
+                data = self.nic.host.memory.read(self.layout.block_addr(block), e.length)
+                return [x for x in effects if x is not e] + complete(e.token, data)
         return effects
 
     def _salvaged(self, op: str, kind: str) -> None:
