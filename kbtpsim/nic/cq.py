@@ -180,7 +180,7 @@ class CompletionQueue:
             if ready:
                 self._waiters = [w for w in self._waiters if w[0] > self.count]
                 for _, ev in ready:
-                    if not ev.triggered:  # an event shared by several CQs (notify)
+                    if not ev.triggered:
                         ev.succeed()
         for hook in self.hooks:
             hook(cqe)
@@ -199,15 +199,6 @@ class CompletionQueue:
         else:
             self._waiters.append((count, ev))
         return ev
-
-    def notify(self, ev: simpy.Event) -> None:
-        """Succeed ``ev`` at this CQ's next CQE unless it has triggered by then: one
-        event that a sleeper shares between several CQs, where :meth:`reach` would make
-        one per CQ (same place among the waiters, so the same order of wake-ups)."""
-        waiters = self._waiters
-        if len(waiters) > 8:  # drop events already woken elsewhere (push skips them)
-            self._waiters = waiters = [w for w in waiters if not w[1].triggered]
-        waiters.append((self.count + 1, ev))
 
     def poll(self, max_entries: int = 16) -> list[Cqe]:
         """Up to ``max_entries`` CQEs visible to the CPU now, oldest first."""
