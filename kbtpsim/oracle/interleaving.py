@@ -288,17 +288,23 @@ def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
 
 
 def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
-                              observe: dict[str, Any] | None = None) -> list[Divergence]:
+                              observe: dict[str, Any] | None = None,
+                              block_size: int = 4096,
+                              first_packet: bool = False) -> list[Divergence]:
     """Decision O5 for a Read-source STORE: X stores new data to its unsealed handle with a
     Read source; the moment the chain's data Read has placed the last octet in the bound
     block (the chains read straight into it), X's connection fails, so the chain's
     COMPLETION Send fails and nothing after it runs. The salvage once forgot the STORE
     and left the block holding octets the target never wrote; it now serves the STORE
-    again with the octets already read. X reconnects and LOADs the handle. ``observe``
-    gets the server (``"server"``) and the LOAD's result (``"load"``)."""
+    again with the octets already read. X reconnects and LOADs the handle.
+    ``first_packet``: the connection fails once the Read's *first* octet has landed
+    instead (with a block of several packets, the known limit of decision O5: the Read
+    is cut, the block keeps part of the new octets). ``observe`` gets the server
+    (``"server"``) and the LOAD's result (``"load"``)."""
     spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
                 faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
-    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=4096)
+    bs = block_size
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=bs)
     run = _Run(spec, None, pool)
     env, server = run.env, run.server
     x = run.inis["X"]
@@ -307,12 +313,14 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield x.connect(server)
         run.new_connections()
-        res = run.keep(x, (yield x.alloc_store(X_HANDLE, b"A" * 4096, inline=True)))
+        res = run.keep(x, (yield x.alloc_store(X_HANDLE, b"A" * bs,
+                                               inline=bs <= 4096)))
         assert server.layout is not None
-        last = server.layout.block_addr(res.completion.block_offset) + 4095
-        store = x.store(X_HANDLE, b"B" * 4096, inline=False)
-        while mem.read(last, 1) != b"B":  # the chain's data Read has placed it all
-            yield env.timeout(1_000)
+        block = server.layout.block_addr(res.completion.block_offset)
+        watch = block if first_packet else block + bs - 1
+        store = x.store(X_HANDLE, b"B" * bs, inline=False)
+        while mem.read(watch, 1) != b"B":  # the chain's data Read has placed it
+            yield env.timeout(100)
         yield from _drop_and_reconnect(run, x, store)
         res = run.keep(x, (yield x.load(X_HANDLE, allow_unsealed=True)))
         if observe is not None:

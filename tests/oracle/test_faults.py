@@ -85,6 +85,23 @@ def test_drop_after_a_chain_store_read_its_data(profile: str) -> None:
     assert bytes(load.data) == b"B" * 4096  # type: ignore[attr-defined]
 
 
+@pytest.mark.xfail(strict=True, reason="decision O5's known limit: a Read-source STORE "
+                   "whose data Read a failure cuts after part of it landed in the block")
+def test_drop_while_a_chain_store_reads_a_block_of_many_packets() -> None:
+    """The known limit of decision O5, made concrete: 256 KiB blocks (64 packets of
+    4 KiB), X's connection fails once the STORE's data Read has placed its first octet.
+    The chains read straight into the bound block; the Read does not complete, so the
+    salvage forgets the STORE, but the block holds new octets (the LOAD after
+    reconnecting delivers them; the reference, the old ones). The software target reads
+    into staging. Fixing it needs the chain to stage a Read-source STORE too, or leave
+    STOREs larger than a packet to the CPU (docs/chains.md, open points)."""
+    seen: dict[str, object] = {}
+    divs = run_drop_after_store_read("ideal-be", observe=seen, block_size=256 * 1024,
+                                     first_packet=True)
+    assert seen["server"].salvaged.get("Read-source store") == 1  # type: ignore[attr-defined]
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+
+
 def test_rdmap_placement_at_the_target_keeps_everything_on_the_cpu() -> None:
     """O7: with the target NIC placing its RDMA Writes RDMAP-style, a loopback patch's or
     marker's CQE does not imply its placement, and chains once read stale WQE fields and
