@@ -7,11 +7,14 @@ from __future__ import annotations
 import pytest
 
 from kbtpsim.oracle.campaign import Spec, run_campaign
+from kbtpsim.oracle.drops import (
+    run_drop_after_store_read,
+    run_drop_during_alloc_read,
+    run_drop_during_allocation,
+)
 from kbtpsim.oracle.faults import parse_faults
 from kbtpsim.oracle.interleaving import (
     BLOCK,
-    run_drop_after_store_read,
-    run_drop_during_allocation,
     run_interleaving,
     run_load_during_free,
     run_load_then_store,
@@ -99,6 +102,20 @@ def test_drop_while_a_chain_store_reads_a_block_of_many_packets() -> None:
     divs = run_drop_after_store_read("ideal-be", observe=seen, block_size=256 * 1024,
                                      first_packet=True)
     assert seen["server"].salvaged.get("Read-source store") == 1  # type: ignore[attr-defined]
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+
+
+@pytest.mark.xfail(strict=True, reason="decision O5's known limit: a Read-source "
+                   "ALLOC_STORE whose data Read a failure cuts after part of it landed")
+def test_drop_while_a_chain_allocation_reads_a_block_of_many_packets() -> None:
+    """The same limit for an allocation (256 KiB blocks, 64 packets): the chain reads
+    straight into the block it took; cut after the first octet landed, the salvage
+    finishes the allocation and the disconnect returns the block to the ring with part
+    of X's octets in it, where the software target (staging) left it unchanged: the
+    pool differs. Campaigns use blocks of one packet and never meet it."""
+    seen: dict[str, object] = {}
+    divs = run_drop_during_alloc_read("ideal-be", observe=seen)
+    assert seen["server"].salvaged.get("allocation") == 1  # type: ignore[attr-defined]
     assert divs == [], [d.as_dict() for d in divs[:3]]
 
 

@@ -222,7 +222,7 @@ def test_a_reader_count_a_failed_connection_leaves_raised_is_safe() -> None:
     """B's LOAD counted itself a reader, then B's connection failed before its - 1: the
     count stays raised (the server names the handle in ``cut_loads``), so A's FREE of
     the handle afterwards goes to the CPU, which serves it; the oracle agrees."""
-    from kbtpsim.oracle.interleaving import run_drop_during_load
+    from kbtpsim.oracle.drops import run_drop_during_load
 
     seen: dict[str, object] = {}
     divs = run_drop_during_load(observe=seen)

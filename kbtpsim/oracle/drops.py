@@ -1,0 +1,179 @@
+"""Scripted connection failures on the offloaded target (decision O5): an initiator's
+connection fails at a chosen moment of a chain, the server stops the chain and salvages
+what it did, and the oracle compares the outcome with the reference (each run returns
+its divergences)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from kbtpsim.oracle.campaign import Pool, Spec, _Run
+from kbtpsim.oracle.compare import Divergence
+from kbtpsim.oracle.faults import DelayChain, Faults
+from kbtpsim.oracle.interleaving import X_HANDLE, _owner_and_loader, _run_scripted
+
+
+def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
+                               observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """Decision O5 made deterministic: X's ALLOC_STORE runs in its chain; the moment the
+    chain's FetchAdd on Head has landed, X's connection fails (``Initiator.close``). The
+    server stops the chain, undoes what it wrote and finishes the allocation of its
+    Ticket in software; then X reconnects and stores to the handle. The shadow is fed
+    what the live target was told. ``observe`` gets the server (``"server"``) and X's
+    STORE result (``"store"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0)
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=4096)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x = run.inis["X"]
+    head = server.layout.rings[0].head_addr if server.layout else 0
+    order = server.layout.counter_byte_order if server.layout else "big"
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        proc = x.alloc_store(X_HANDLE, b"X" * 4096, seal=True)
+        while mem.read_u64(head, order) >> 32 < 1:  # the chain holds its ticket
+            yield env.timeout(100_000)
+        yield from _drop_and_reconnect(run, x, proc)
+        res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
+        run.keep(x, res)
+        if observe is not None:
+            observe["server"], observe["store"] = server, res
+
+    return _run_scripted(run, scenario())
+
+
+def _drop_and_reconnect(run: _Run, x: Any, proc: simpy.Process
+                        ) -> Generator[simpy.Event, Any, None]:
+    """X's connection fails now (``Initiator.close``) with ``proc`` in flight; once the
+    target has salvaged it and processed the disconnect, X connects again."""
+    env, server = run.env, run.server
+    x.close()
+    with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+        yield proc
+    yield env.timeout(50_000_000)  # the target salvages X's connection
+    for _ in range(20):  # the target processes the disconnect on a core
+        try:
+            yield x.connect(server) if x.broken is not None else x.hello()
+            break
+        except Exception:
+            yield env.timeout(20_000_000)
+    run.new_connections()
+
+
+def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
+                         observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """Decision C20 with a failure: B's LOAD of A's sealed handle h counts itself a reader
+    (its FetchAdd + 1 ran), is held before its data Write, and B's connection fails: its
+    - 1 is flushed with the connection, so h's count stays raised. A's FREE of h
+    afterwards is handed to the CPU, which quiesces it (C13): safe. ``observe`` gets the
+    server (``"server"``)."""
+    faults = Faults(delay=DelayChain("B", "load", "load_write", 100_000.0))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains="v2",
+                free_on_nic=True)
+    bs = 512
+    run, a, b = _owner_and_loader(spec, None, 2, bs)
+    env, server = run.env, run.server
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield env.all_of([a.connect(server), b.connect(server)])
+        run.new_connections()
+        run.keep(a, (yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
+        load = b.load(X_HANDLE, invalidate=False)
+        yield env.timeout(30_000_000)  # B's chain counted itself, waits at its Write
+        b.close()
+        with contextlib.suppress(Exception):  # ConnectionLost: no completion can arrive
+            yield load
+        yield env.timeout(50_000_000)  # the target salvages B's connection
+        run.keep(a, (yield a.free(X_HANDLE)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
+def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
+                              observe: dict[str, Any] | None = None,
+                              block_size: int = 4096,
+                              first_packet: bool = False) -> list[Divergence]:
+    """Decision O5 for a Read-source STORE: X stores new data to its unsealed handle with a
+    Read source; the moment the chain's data Read has placed the last octet in the bound
+    block (the chains read straight into it), X's connection fails, so the chain's
+    COMPLETION Send fails and nothing after it runs. The salvage once forgot the STORE
+    and left the block holding octets the target never wrote; it now serves the STORE
+    again with the octets already read. X reconnects and LOADs the handle.
+    ``first_packet``: the connection fails once the Read's *first* octet has landed
+    instead (with a block of several packets, the known limit of decision O5: the Read
+    is cut, the block keeps part of the new octets). ``observe`` gets the server
+    (``"server"``) and the LOAD's result (``"load"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
+                faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
+    bs = block_size
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=bs)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x = run.inis["X"]
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        res = run.keep(x, (yield x.alloc_store(X_HANDLE, b"A" * bs,
+                                               inline=bs <= 4096)))
+        assert server.layout is not None
+        block = server.layout.block_addr(res.completion.block_offset)
+        watch = block if first_packet else block + bs - 1
+        store = x.store(X_HANDLE, b"B" * bs, inline=False)
+        while mem.read(watch, 1) != b"B":  # the chain's data Read has placed it
+            yield env.timeout(100)
+        yield from _drop_and_reconnect(run, x, store)
+        res = run.keep(x, (yield x.load(X_HANDLE, allow_unsealed=True)))
+        if observe is not None:
+            observe["server"], observe["load"] = server, res
+
+    return _run_scripted(run, scenario())
+
+
+def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
+                               observe: dict[str, Any] | None = None,
+                               block_size: int = 256 * 1024) -> list[Divergence]:
+    """The known limit of decision O5 for an allocation: X's Read-source ALLOC_STORE of
+    a block of several packets runs in its chain, which reads straight into the block it
+    took; X's connection fails once the Read's first octet has landed. The salvage
+    finishes the allocation with its Ticket and the disconnect returns the block to the
+    ring (its data cannot come any more), holding part of X's octets where the software
+    target, reading into staging, left the block as it was. ``observe`` gets the server
+    (``"server"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
+                faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
+    bs = block_size
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=2, block_size=bs)
+    run = _Run(spec, None, pool)
+    env, server = run.env, run.server
+    x = run.inis["X"]
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        assert server.layout is not None
+        firsts = [server.layout.block_addr(b * bs) for b in range(2)]
+        alloc = x.alloc_store(X_HANDLE, b"B" * bs, inline=False)
+        while all(mem.read(a, 1) != b"B" for a in firsts):  # its Read has begun to land
+            yield env.timeout(100)
+        yield from _drop_and_reconnect(run, x, alloc)
+        run.keep(x, (yield x.alloc_store(X_HANDLE + 1, b"C" * 100, inline=True)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
+__all__ = ["run_drop_after_store_read", "run_drop_during_alloc_read",
+           "run_drop_during_allocation", "run_drop_during_load"]
