@@ -98,6 +98,17 @@ def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def _dropping_run(profile: str, seed: int, blocks: int, block_size: int
+                  ) -> tuple[_Run, Any]:
+    """A scripted run of initiator X (quota 2) whose script drops X's connection itself
+    (``drop_p`` set: a connection failure at the target is no divergence)."""
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=Faults(drop_p=1.0))
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=blocks,
+                block_size=block_size)
+    run = _Run(spec, None, pool)
+    return run, run.inis["X"]
+
+
 def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
                               observe: dict[str, Any] | None = None,
                               block_size: int = 4096,
@@ -112,13 +123,9 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
     instead (with a block of several packets, the known limit of decision O5: the Read
     is cut, the block keeps part of the new octets). ``observe`` gets the server
     (``"server"``) and the LOAD's result (``"load"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
-                faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
     bs = block_size
-    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=bs)
-    run = _Run(spec, None, pool)
+    run, x = _dropping_run(profile, seed, 4, bs)
     env, server = run.env, run.server
-    x = run.inis["X"]
     mem = server.nic.host.memory
 
     def scenario() -> Generator[simpy.Event, Any, None]:
@@ -150,13 +157,9 @@ def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
     ring (its data cannot come any more), holding part of X's octets where the software
     target, reading into staging, left the block as it was. ``observe`` gets the server
     (``"server"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0,  # the script drops the connection:
-                faults=Faults(drop_p=1.0))  # a failure at the target is no divergence
     bs = block_size
-    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=2, block_size=bs)
-    run = _Run(spec, None, pool)
+    run, x = _dropping_run(profile, seed, 2, bs)
     env, server = run.env, run.server
-    x = run.inis["X"]
     mem = server.nic.host.memory
 
     def scenario() -> Generator[simpy.Event, Any, None]:
