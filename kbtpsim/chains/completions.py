@@ -137,7 +137,7 @@ class CreditCompletions:
             return True
         if cr.recv_len is None or self.failed_at is not None:
             return True  # its counts are not known yet (the variant it was dispatched to)
-        if cr.early or cr.number in self._early:
+        if cr.number in self._early:  # finished (or taken early), its chain runs on
             return cr.pushed >= self._full_count(cr)
         return cr.pushed >= min(self._finish_count(cr), self._full_count(cr))
 

@@ -7,6 +7,8 @@ encoded size, and the control word an atomic on a WQE sees.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.wqe_types import ATOMIC_OPS, DATA_OPS, MASKED_OPS, RADDR_OPS, Opcode, WorkRequest
@@ -91,27 +93,27 @@ _CTRL_FIELDS = {
 }
 
 
-def field_layout(wr: WorkRequest) -> dict[str, tuple[int, int]]:
+def field_layout(wr: WorkRequest) -> Mapping[str, tuple[int, int]]:
     """Field name -> (offset in the WQE, size) for the WQE ``wr`` encodes to.
 
     Data segment ``i`` has ``sgeI.count``, ``sgeI.lkey`` and ``sgeI.addr``; ``sge.addr`` etc.
     name segment 0. Byte order of every multi-octet field is the profile's WQE byte order.
-    The dict is shared by every WR of the same shape: read it, do not modify it.
+    The mapping is shared by every WR of the same shape, hence read-only.
     """
     inline_len = None if wr.inline_data is None else len(wr.inline_data)
     shape = (wr.opcode, bool(int(wr.flags) & 0x01), len(wr.sges), inline_len)
     out = _LAYOUTS.get(shape)
     if out is None:
-        out = _LAYOUTS[shape] = _field_offsets(*shape)
+        out = _LAYOUTS[shape] = MappingProxyType(_field_offsets(*shape))
     return out
 
 
 #: field layouts by WQE shape (opcode, conditional, SGE count, inline length)
-_LAYOUTS: dict[tuple[Opcode, bool, int, int | None], dict[str, tuple[int, int]]] = {}
+_LAYOUTS: dict[tuple[Opcode, bool, int, int | None], Mapping[str, tuple[int, int]]] = {}
 
 
 def _field_offsets(opcode: Opcode, conditional: bool, n_sges: int,
-            inline_len: int | None) -> dict[str, tuple[int, int]]:
+                   inline_len: int | None) -> dict[str, tuple[int, int]]:
     out = dict(_CTRL_FIELDS)
     off = CTRL_SIZE
     n_data = 0
