@@ -114,7 +114,7 @@ class ChainCpuLoop(_Base):
             return []  # wake-up: its octets are the same
         request = cc.chains.request_bytes(cc.chains.live[credit])
         reason = static_miss(request, cc.plan.offloaded, self.config.block_size,
-                             self.config.addr_le)
+                             self.config.addr_le, cc.plan.software)
         if reason is None:
             cc.checked = credit
             return []
@@ -130,7 +130,7 @@ class ChainCpuLoop(_Base):
             return
         if reason is None:  # decided before the chain ran, or by it
             reason = static_miss(f.request, cc.plan.offloaded, self.config.block_size,
-                                 self.config.addr_le)
+                                 self.config.addr_le, cc.plan.software)
         if reason is None:
             reason = SLOT_NOT_READY if f.ticket is not None else CHAIN_TESTS
         by_op = self.fallback_reasons.setdefault(op, {})

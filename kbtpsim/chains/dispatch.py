@@ -15,6 +15,8 @@ handle's range, the entry, the quota, the session, the ring slot) is left to the
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.errors import DecodeError
 from kbtpsim.wire import AllocStore, Free, Load, Store, decode
@@ -22,6 +24,10 @@ from kbtpsim.wire import AllocStore, Free, Load, Store, decode
 #: reasons a request went to the CPU before its chain ran
 PARTIAL_BLOCK = "partial block (the chains serve whole blocks)"
 NOT_OFFLOADED = "no chain for this operation and source on the profile"
+#: a Read-source store whose data Read would span several packets (verifier rule
+#: ``torn-read``, decision O5)
+TORN_READ = ("a Read source of more than one packet (a cut Read would leave part of the "
+             "block written: the CPU stages it, decision O5)")
 OTHER_FLAGS = "flags outside the fast paths (e.g. RECORD, INVALIDATE with INLINE)"
 GENERATION = "non-zero Generation"
 STATUS = "non-zero Status"
@@ -32,9 +38,11 @@ SLOT_NOT_READY = "after the chain ran: slot not ready (handed over with its Tick
 
 
 def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
-                addr_le: bool) -> str | None:
+                addr_le: bool, left_out: Mapping[str, Sequence[str]] | None = None
+                ) -> str | None:
     """Why no variant in ``offloaded`` can serve ``request`` (one of the reasons above),
-    or None when one may (the chain decides)."""
+    or None when one may (the chain decides). ``left_out``: the plan's reasons for the
+    variants it left to the CPU (``ConnectionPlan.software``)."""
     if not offloaded:
         return NOT_OFFLOADED
     try:
@@ -53,7 +61,7 @@ def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
     cands = [VARIANTS[v] for v in offloaded if VARIANTS[v].opcode == msg.OPCODE
              and VARIANTS[v].inline == inline]
     if not cands:
-        return NOT_OFFLOADED
+        return _left_out_reason(msg.OPCODE, inline, left_out or {})
     length = len(msg.inline_data) if inline else msg.data_descriptor.length  # type: ignore[union-attr]
     if length != block_size:
         return PARTIAL_BLOCK
@@ -66,5 +74,17 @@ def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
     return None
 
 
+def _left_out_reason(opcode: int, inline: bool, left_out: Mapping[str, Sequence[str]]
+                     ) -> str:
+    """Why the plan left the request's variants out: :data:`TORN_READ` if that is the
+    verifier's finding for one of them, else :data:`NOT_OFFLOADED`."""
+    for name, reasons in left_out.items():
+        v = VARIANTS.get(name)
+        if v is not None and v.opcode == opcode and v.inline == inline and any(
+                r.startswith("[torn-read]") for r in reasons):
+            return TORN_READ
+    return NOT_OFFLOADED
+
+
 __all__ = ["CHAIN_TESTS", "GENERATION", "MALFORMED", "NOT_OFFLOADED", "OTHER_FLAGS",
-           "PARTIAL_BLOCK", "SLOT_NOT_READY", "STATUS", "static_miss"]
+           "PARTIAL_BLOCK", "SLOT_NOT_READY", "STATUS", "TORN_READ", "static_miss"]

@@ -119,8 +119,9 @@ class ChainRecovery(_Base):
             and so is a Read-source STORE whose data Read completed (its data is in the
             block: :meth:`_store_data_already_read`);
           - anything else did nothing outside the chain's scratch memory and is
-            forgotten, as a request lost with its connection (a Read-source STORE's data
-            Read cut part way wrote part of the block: counted in ``salvaged``).
+            forgotten, as a request lost with its connection (a Read-source STORE whose
+            one-packet data Read did not complete: nothing of it landed; rule
+            ``torn-read`` keeps longer Reads off the chains).
 
         (Served before the failure implies its data Read, if any, succeeded: a failed
         Read fails the connection QP at its CQE, so the later commit and Send come after

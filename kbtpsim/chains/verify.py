@@ -24,6 +24,12 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
 ``consistency``
     A Placed source must name a producer that exists and declares that placement; a
     patched opcode octet must be an opcode with the posted WQE's segments.
+``torn-read``
+    An RDMA Read of the initiator's data may place it straight into a pool block only if
+    it fits one packet (``profile.mtu``). A connection failure can cut a Read of several
+    packets after some of them landed; its flushed CQE satisfies the WAITs behind it, and
+    no salvage can restore the block's old octets, which the chain never saw (decision
+    O5). The software target stages such a Read; the chains leave it to the CPU.
 ``guarded``
     A variant's effects (its connection-QP WRs: data movement, COMPLETION; its commit and
     release) run only if every request test of the variant passed: a conditional one
@@ -345,6 +351,7 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
         if cond is not None and cond.mask_source is not None:
             _check_placed(chain, wr, "cond_mask", cond.mask_source, profile, out)
     _check_placement(chain, profile, out)
+    _check_torn_reads(chain, profile, out)
     _check_guarded(chain, out)
     _check_readers(chain, out)
     return out
@@ -470,6 +477,23 @@ def _check_placement(chain: Chain, profile: NicProfile, out: list[Violation]) ->
                 "is placed (RFC 5040 rules 3, 9), so the WAIT that counts it does not make "
                 "it visible to the WRs it releases (decision O7)"))
             return
+
+
+def _check_torn_reads(chain: Chain, profile: NicProfile, out: list[Violation]) -> None:
+    """Rule ``torn-read`` (decision O5): an initiator's data Read into a block fits one
+    packet, so a connection failure either places all of it or none."""
+    for wr in chain.wrs():
+        if wr.opcode is not Opcode.RDMA_READ or wr.remote_kind != "initiator":
+            continue
+        for place in wr.places:
+            if place.dest == "pool" and place.length > profile.mtu:
+                out.append(Violation(
+                    wr.name, "places", "torn-read",
+                    f"reads the initiator's {place.length} octets straight into the block "
+                    f"in {-(-place.length // profile.mtu)} packets of at most "
+                    f"{profile.mtu} (mtu): a connection failure can cut it after part "
+                    "landed, and nothing can restore the block's old octets (decision "
+                    "O5); the CPU serves such a store, staging its Read"))
 
 
 def check(chain: Chain, profile: NicProfile) -> None:

@@ -120,9 +120,9 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
     and left the block holding octets the target never wrote; it now serves the STORE
     again with the octets already read. X reconnects and LOADs the handle.
     ``first_packet``: the connection fails once the Read's *first* octet has landed
-    instead (with a block of several packets, the known limit of decision O5: the Read
-    is cut, the block keeps part of the new octets). ``observe`` gets the server
-    (``"server"``) and the LOAD's result (``"load"``)."""
+    instead (with a block of several packets a chain's Read, cut there, left part of the
+    new octets in the block; the CPU now serves such a STORE, rule ``torn-read``).
+    ``observe`` gets the server (``"server"``) and the LOAD's result (``"load"``)."""
     bs = block_size
     run, x = _dropping_run(profile, seed, 4, bs)
     env, server = run.env, run.server
@@ -150,12 +150,12 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
 def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
                                observe: dict[str, Any] | None = None,
                                block_size: int = 256 * 1024) -> list[Divergence]:
-    """The known limit of decision O5 for an allocation: X's Read-source ALLOC_STORE of
-    a block of several packets runs in its chain, which reads straight into the block it
-    took; X's connection fails once the Read's first octet has landed. The salvage
-    finishes the allocation with its Ticket and the disconnect returns the block to the
-    ring (its data cannot come any more), holding part of X's octets where the software
-    target, reading into staging, left the block as it was. ``observe`` gets the server
+    """Decision O5 for an allocation: X's Read-source ALLOC_STORE of a block of several
+    packets; X's connection fails once the Read's first octet has landed. A chain read
+    straight into the block it took, so the salvage finished the allocation and the
+    disconnect returned the block to the ring holding part of X's octets, where the
+    software target, reading into staging, left it as it was; the CPU now serves such
+    an allocation (rule ``torn-read``). ``observe`` gets the server
     (``"server"``)."""
     bs = block_size
     run, x = _dropping_run(profile, seed, 2, bs)

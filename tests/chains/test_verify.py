@@ -18,6 +18,7 @@ from kbtpsim.chains.ir import (
     WrTemplate,
 )
 from kbtpsim.chains.verify import ChainRejected, check, verify
+from kbtpsim.chains.vocab import Geometry
 from kbtpsim.nic import PROFILES
 from kbtpsim.nic.wqe import Opcode
 
@@ -249,3 +250,23 @@ def test_rdmap_placement_refuses_every_chain() -> None:
     assert verify(ch, be) == []
     got = rules(verify(ch, be.replace(placement="rdmap")))
     assert {r for _, _, r in got} == {"placement"}
+
+
+@pytest.mark.parametrize("variant,wr", [("store_read", "sr_read"), ("alloc_read", "ar_read")])
+def test_a_data_read_of_several_packets_into_the_block_is_torn_read(variant: str,
+                                                                     wr: str) -> None:
+    """Decision O5: a Read-source store's data Read into the block must fit one packet (a
+    connection failure can cut a longer one part way). One packet verifies; one octet
+    more (two packets) is refused, on that WR alone; a smaller mtu refuses 4 KiB."""
+    be = PROFILES["ideal-be"]
+    one = build_chain(False, "big", Geometry(block_size=be.mtu, max_inline=4096),
+                      (variant,))
+    assert verify(one, be) == []
+    assert rules(verify(one, be.replace(mtu=be.mtu // 2))) == {(wr, "places", "torn-read")}
+    two = build_chain(False, "big", Geometry(block_size=2 * be.mtu, max_inline=4096),
+                      (variant,))
+    assert rules(verify(two, be)) == {(wr, "places", "torn-read")}
+    inline = build_chain(False, "big", Geometry(block_size=2 * be.mtu,
+                                                max_inline=2 * be.mtu),
+                         (variant.replace("read", "inline"),))
+    assert verify(inline, be) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kbtpsim.chains.dispatch import TORN_READ
 from kbtpsim.oracle.campaign import Spec, run_campaign
 from kbtpsim.oracle.drops import (
     run_drop_after_store_read,
@@ -88,35 +89,31 @@ def test_drop_after_a_chain_store_read_its_data(profile: str) -> None:
     assert bytes(load.data) == b"B" * 4096  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(strict=True, reason="decision O5's known limit: a Read-source STORE "
-                   "whose data Read a failure cuts after part of it landed in the block")
-def test_drop_while_a_chain_store_reads_a_block_of_many_packets() -> None:
-    """The known limit of decision O5, made concrete: 256 KiB blocks (64 packets of
-    4 KiB), X's connection fails once the STORE's data Read has placed its first octet.
-    The chains read straight into the bound block; the Read does not complete, so the
-    salvage forgets the STORE, but the block holds new octets (the LOAD after
-    reconnecting delivers them; the reference, the old ones). The software target reads
-    into staging. Fixing it needs the chain to stage a Read-source STORE too, or leave
-    STOREs larger than a packet to the CPU (docs/chains.md, open points)."""
+def test_drop_while_a_store_reads_a_block_of_many_packets() -> None:
+    """Decision O5's former limit: 256 KiB blocks (64 packets of 4 KiB), X's connection
+    fails once the STORE's data Read has placed its first octet. A chain read straight
+    into the bound block, so the cut Read left part of the new octets there (the LOAD
+    after reconnecting delivered them; the reference, the old ones). The verifier's rule
+    ``torn-read`` now leaves a Read source of several packets to the CPU, which stages
+    it: no divergence, and the fallback names the reason."""
     seen: dict[str, object] = {}
     divs = run_drop_after_store_read("ideal-be", observe=seen, block_size=256 * 1024,
                                      first_packet=True)
-    assert seen["server"].salvaged.get("Read-source store") == 1  # type: ignore[attr-defined]
     assert divs == [], [d.as_dict() for d in divs[:3]]
+    server = seen["server"]
+    assert server.fallback_reasons["STORE"] == {TORN_READ: 1}  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(strict=True, reason="decision O5's known limit: a Read-source "
-                   "ALLOC_STORE whose data Read a failure cuts after part of it landed")
-def test_drop_while_a_chain_allocation_reads_a_block_of_many_packets() -> None:
-    """The same limit for an allocation (256 KiB blocks, 64 packets): the chain reads
-    straight into the block it took; cut after the first octet landed, the salvage
-    finishes the allocation and the disconnect returns the block to the ring with part
-    of X's octets in it, where the software target (staging) left it unchanged: the
-    pool differs. Campaigns use blocks of one packet and never meet it."""
+def test_drop_while_an_allocation_reads_a_block_of_many_packets() -> None:
+    """The same for an allocation (256 KiB blocks): a chain read straight into the block
+    it took, and the disconnect returned the block to the ring holding part of X's
+    octets where the software target (staging) left it unchanged. Now the CPU serves it
+    (rule ``torn-read``): no divergence."""
     seen: dict[str, object] = {}
     divs = run_drop_during_alloc_read("ideal-be", observe=seen)
-    assert seen["server"].salvaged.get("allocation") == 1  # type: ignore[attr-defined]
     assert divs == [], [d.as_dict() for d in divs[:3]]
+    reasons = seen["server"].fallback_reasons["ALLOC_STORE"]  # type: ignore[attr-defined]
+    assert reasons.get(TORN_READ) == 1
 
 
 def test_rdmap_placement_at_the_target_keeps_everything_on_the_cpu() -> None:
