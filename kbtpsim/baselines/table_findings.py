@@ -126,12 +126,16 @@ def findings(rows: list[Row]) -> list[str]:
             what = ("the grants that hand re-armed chains back to the NIC (chains v2; "
                     "REFILL: " if t.get("chains") == "v2" else
                     "the re-posting of chains (chains v1; REFILL: ")
+            why = _store_fallback(t)
             out.append(
                 f"**Target CPU, {a.name} \"not required per operation\": {verdict}.** "
                 f"{parts}{cmp}. Requests served by the NIC: {shares or 'none'}; the rest, "
                 f"FREE (FREE on the NIC is opt-in, decision C20: not used here), and {what}"
                 f"{_num(refill.get('per_op_ns'))} ns per refill, "
-                f"{_num(refill.get('ops'))} refills) run on the target CPU.")
+                f"{_num(refill.get('ops'))} refills) run on the target CPU."
+                + (f" Its stores run on the CPU: {why}; the CPU takes each one's Ticket "
+                   "with a FetchAdd through its NIC, spinning until it returns "
+                   "(kbtpsim.chains.cpu_ticket)." if why else ""))
         else:
             loads0 = cpu(a, "load") == 0
             extra = (" DIRECT_LOAD takes loads off the CPU (0 ns per load), not stores."
@@ -207,7 +211,11 @@ def findings(rows: list[Row]) -> list[str]:
             busy = th.get("cpu", {}).get("utilisation") or 0
             reason = ("five dependent round trips per store, each queued behind the LOAD data "
                       "leaving the target's port")
-            if a.approach.startswith("kbtp_offload") and th.get("chains") == "v2":
+            why = _store_fallback(th)
+            if a.approach.startswith("kbtp_offload") and why:
+                reason = (f"its stores run on the target CPU ({why}), in order with "
+                          "the connection's other requests, as on the software target")
+            elif a.approach.startswith("kbtp_offload") and th.get("chains") == "v2":
                 reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
                           f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
                           "in the chain path: a connection's credits run one at a time "
@@ -240,6 +248,25 @@ def findings(rows: list[Row]) -> list[str]:
             f"({k / lat(static, 'store'):.2f}x one-sided static's), load p50 "  # type: ignore[operator]
             f"{_us(lat(a, 'load'))} us.{note}")
     return out
+
+
+def _store_fallback(target: dict[str, Any]) -> str:
+    """Why an offloaded target's stores ran on its CPU, if most of them did (the most
+    frequent fallback reason, ``fallbacks.reasons``), else ``""``."""
+    fb = target.get("fallbacks") or {}
+    served = fb.get("served") or {}
+    nic = sum((served.get(op) or {}).get("nic", 0) for op in ("STORE", "ALLOC_STORE"))
+    cpu = sum((served.get(op) or {}).get("cpu", 0) for op in ("STORE", "ALLOC_STORE"))
+    if cpu <= nic:
+        return ""
+    counts: dict[str, int] = {}
+    for op in ("STORE", "ALLOC_STORE"):
+        for reason, n in ((fb.get("reasons") or {}).get(op) or {}).items():
+            counts[reason] = counts.get(reason, 0) + n
+    if not counts:
+        return "no chain serves them"
+    reason, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return f"{100 * n / cpu:.0f}% of them for {reason}"
 
 
 def _mib(results: dict[str, Any], key: str) -> str:

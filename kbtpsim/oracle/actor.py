@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from kbtpsim.oracle.node import ObservedInitiator
-from kbtpsim.oracle.spec import BS, HANDLES, PUBLISHED
+from kbtpsim.oracle.spec import HANDLES, PUBLISHED
 from kbtpsim.system.results import ConnectionLost, HelloRejected, OpResult, RdmaError
 from kbtpsim.target import InitiatorConfig
 from kbtpsim.wire import DataDescriptor, Load, Status, encode
@@ -40,10 +40,11 @@ class _Actor:
         self.private = [base + i for i in range(PUBLISHED, HANDLES)]
         self.bound: dict[int, tuple[int, bool]] = {}  #: handle -> (Generation, sealed)
         self.last_seal = False
+        self.bs = run.block_size
 
     # ------------------------------------------------------------------ helpers
-    def data(self, n: int = BS) -> bytes:
-        return self.rng.randbytes(n)
+    def data(self, n: int | None = None) -> bytes:
+        return self.rng.randbytes(self.bs if n is None else n)
 
     def note(self, res: OpResult | None) -> None:
         if res is None or res.completion is None:
@@ -119,7 +120,7 @@ class _Actor:
         if kind == "alloc":
             inline = rng.random() < 0.6
             seal = rng.random() < (0.5 if inline else 0.1)
-            n = BS if rng.random() < 0.8 else rng.randrange(1, BS)
+            n = self.bs if rng.random() < 0.8 else rng.randrange(1, self.bs)
             self.last_seal = seal
             return (yield ini.alloc_store(self.pick_unbound(), self.data(n), seal=seal,
                                           inline=inline, invalidate=inv))
@@ -132,7 +133,7 @@ class _Actor:
             inline = rng.random() < 0.6
             self.last_seal = seal
             gen = self.bound.get(h, (0, False))[0] if rng.random() < 0.2 else gen0
-            n = BS if rng.random() < 0.8 else rng.randrange(1, BS)
+            n = self.bs if rng.random() < 0.8 else rng.randrange(1, self.bs)
             return (yield ini.store(h, self.data(n), gen, inline=inline, seal=seal,
                                     invalidate=inv))
         if kind == "store_sealed":
@@ -164,7 +165,7 @@ class _Actor:
             return (yield ini.load(h, invalidate=inv))
         if kind == "small_load":
             h = self.pick_bound(private=False) or self.published[0]
-            return (yield ini.load(h, length=rng.randrange(8, BS), invalidate=False))
+            return (yield ini.load(h, length=rng.randrange(8, self.bs), invalidate=False))
         if kind == "free":
             h = self.pick_bound()
             if h is None:
@@ -177,7 +178,7 @@ class _Actor:
         if kind == "oversize":
             h = self.pick_bound(sealed=False) or self.pick_unbound()
             op = ini.store if h in self.bound else ini.alloc_store
-            return (yield op(h, self.data(BS + 8 * rng.randrange(1, 4)), inline=False))
+            return (yield op(h, self.data(self.bs + 8 * rng.randrange(1, 4)), inline=False))
         if kind == "foreign":
             other = rng.choice([a for a in self.run.actors if a is not self])
             h = rng.choice(other.private)
@@ -193,7 +194,7 @@ class _Actor:
                 return (yield ini.alloc_store(h, self.data(), inline=True))
             return (yield ini.free(h))
         if kind == "bind":
-            return (yield ini.bind(self.pick_unbound(), rng.randrange(8), BS, 0))
+            return (yield ini.bind(self.pick_unbound(), rng.randrange(8), self.bs, 0))
         if kind == "malformed":  # a fast-path form with octets added or missing (C1)
             rid = 0x7000_0000 + self.run.requests
             h = self.pick_bound(sealed=False) or self.published[0]
@@ -201,13 +202,13 @@ class _Actor:
             raw = bytearray(40)
             raw[4:12] = rid.to_bytes(8, "big")
             raw[12:20] = h.to_bytes(8, order)
-            raw[36:40] = BS.to_bytes(4, order)
+            raw[36:40] = self.bs.to_bytes(4, order)
             cut = rng.randrange(1, 9)
             if rng.random() < 0.5:  # LOAD with trailing octets
                 raw[0:4] = bytes([1, 0x10, 0, 0])
                 return (yield ini.send_raw(bytes(raw) + bytes(cut)))
             raw[0:4] = bytes([1, 0x11, 0, 1])  # STORE INLINE, data too long or too short
-            data = self.data(BS + cut) if rng.random() < 0.5 else self.data(BS - cut)
+            data = self.data(self.bs + cut) if rng.random() < 0.5 else self.data(self.bs - cut)
             return (yield ini.send_raw(bytes(raw) + data))
         if kind == "status":  # a full-block LOAD whose Status field is not zero
             h = rng.choice(self.published)
@@ -227,7 +228,7 @@ class _Actor:
         a target that serves it anyway writes through STag 0 and fails)."""
         rid = 0x6000_0000 + self.run.requests + self.rng.randrange(1 << 16)
         return encode(Load(request_id=rid, handle=handle, status=status,
-                           data_descriptor=DataDescriptor(0, 0, BS)), self.ini.addr_le)
+                           data_descriptor=DataDescriptor(0, 0, self.bs)), self.ini.addr_le)
 
     def reconnect(self) -> Gen:
         ini, rng = self.ini, self.rng

@@ -60,6 +60,24 @@ def _common(q: argparse.ArgumentParser) -> None:
                    "(otherwise the output is identical for identical arguments)")
 
 
+#: the largest --block-size: campaigns hold 24 blocks (and as many octets in flight)
+MAX_BLOCK = 1 << 20
+
+
+def _block_size(value: str) -> int | str:
+    """--block-size in octets, or why not."""
+    from kbtpsim.units import UnitError, format_size, parse_size
+
+    try:
+        size = parse_size(value)
+    except UnitError as exc:
+        return f"--block-size: {exc}"
+    if size < 64 or size % 8 or size > MAX_BLOCK:
+        return (f"--block-size: must be a multiple of 8 from 64 octets to "
+                f"{format_size(MAX_BLOCK)}, got {value!r}")
+    return size
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
     from kbtpsim.oracle.faults import parse_faults
@@ -74,6 +92,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return _fail(f"--ops: must be >= 1, got {args.ops}")
     if args.phases < 1:
         return _fail(f"--phases: must be >= 1, got {args.phases}")
+    from kbtpsim.oracle.spec import BS
+    from kbtpsim.units import format_size
+
+    block_size = BS if args.block_size is None else _block_size(args.block_size)
+    if isinstance(block_size, str):
+        return _fail(block_size)
     seeds = [args.seed] if args.seed is not None else list(range(1, (args.seeds or 2) + 1))
     profiles = _profiles(args.profiles)
     if isinstance(profiles, str):
@@ -120,6 +144,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             + (f"; mutant {args.mutant}" if args.mutant else "")
             + (f"; reference {args.reference}" if args.reference != "target" else "")
             + ("; FREE on the NIC" if args.free_on_nic else "")
+            + (f"; blocks of {format_size(block_size)}" if block_size != BS else "")
             + (f"; chains {args.chains}" + (f" (not on {', '.join(skipped)}: they cannot "
                                              "re-arm chains)" if skipped else "")
                if args.chains == "v2" else "")
@@ -136,7 +161,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         spec = Spec(seed=seed, profile=profile, addr_le=addr_le, ops=args.ops,
                     mix=mix, phases=args.phases, faults=faults,
                     mutant=args.mutant, reference=args.reference,
-                    chains=design[profile], free_on_nic=args.free_on_nic)
+                    chains=design[profile], free_on_nic=args.free_on_nic,
+                    block_size=block_size)
         if args.stop and diverged:
             cases.append((spec, None))
             continue
@@ -266,6 +292,10 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    help="serve FREE on the NIC too (target.operations.free: offload, "
                    "decision C20): chains v2 on profiles with native conditional WRs and "
                    "strided keys; every initiator in one trust domain")
+    q.add_argument("--block-size", metavar="SIZE",
+                   help="Block Size (and Max Inline) of the target, e.g. 16KiB: above the "
+                   "profile's mtu (4 KiB) a block's data takes several packets (default "
+                   "512 octets)")
     q.add_argument("--stop", action="store_true", help="stop at the first divergence")
     q.add_argument("--junit", metavar="FILE.xml",
                    help="also write a JUnit XML report: one test case per campaign, a "

@@ -54,7 +54,7 @@ class _Run:
     def __init__(self, spec: Spec, transform: ChainTransform | None,
                  pool: Pool | None = None) -> None:
         self.spec = spec
-        pool = pool or Pool()
+        pool = pool or Pool(block_size=spec.block_size)
         base = resolve_profile(spec.profile)
         prof = spec.faults.profile(base, target=True)  # the target's NIC
         ini_prof = spec.faults.profile(base, target=False)
@@ -77,6 +77,7 @@ class _Run:
                               request_credits=4, ticket_timeout_ms=1, retention_ms=5,
                               initiators=tuple(cfgs), addr_le=self.addr_le)
         self.config = config
+        self.block_size = pool.block_size
         self.server = ObservedServer(self.sim, config, profile=prof, addr_le=self.addr_le,
                                      chain_transform=transform, chains=spec.chains,
                                      free_on_nic=spec.free_on_nic)

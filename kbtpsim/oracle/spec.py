@@ -94,6 +94,9 @@ class Spec:
     #: FREE on the NIC (target.operations.free: offload, decision C20; chains v2, one
     #: trust domain on the shared ring: every initiator's domain becomes "default")
     free_on_nic: bool = False
+    #: Block Size (and Max Inline) of the target; above the profile's mtu a block takes
+    #: several packets (a LOAD's data Write, an inline STORE's Send)
+    block_size: int = BS
 
     def byte_order(self, prof: NicProfile) -> bool:
         return prof.wqe_field_byte_order == "little" if self.addr_le is None else self.addr_le
@@ -114,6 +117,8 @@ class Spec:
             parts.append(f"--chains {self.chains}")
         if self.free_on_nic:
             parts.append("--free-on-nic")
+        if self.block_size != BS:
+            parts.append(f"--block-size {self.block_size}")
         return " ".join(parts)
 
 

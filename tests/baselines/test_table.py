@@ -95,3 +95,25 @@ def test_render_and_load_rows_from_a_run_directory(tmp_path: Path) -> None:
     assert "```sh\nCMD\n```" in text
     assert "| One-sided, dynamic | medium | yes (allocation) | medium |" in text
     assert "## Where the measurements disagree with the draft" in text
+
+
+def test_offloaded_stores_on_the_cpu_are_named_with_their_reason() -> None:
+    """An offloaded target whose stores the CPU served (most of them) says so, with the
+    most frequent fallback reason, in its CPU and its heavy-load store findings."""
+    reason = "a Read source of more than one packet"
+
+    def offloaded(window: int, store_p50: float) -> dict[str, Any]:
+        r = result("kbtp_offload", window, 0.97, 3000, 2, 1, store_p50, 20_000)
+        r["targets"]["target"].update(chains="v2", fallbacks={
+            "served": {"ALLOC_STORE": {"cpu": 9, "nic": 1}, "LOAD": {"cpu": 0, "nic": 10}},
+            "reasons": {"ALLOC_STORE": {reason: 8, "partial block": 1}}})
+        return r
+
+    rows = [*ROWS, Row("static / heavy2", "one_sided_static",
+                       result("one_sided_static", 8, 0.4, 0, 1, 1, 10_000, 150_000)),
+            Row("KBTP offloaded / light", "kbtp_offload", offloaded(1, 24_000)),
+            Row("KBTP offloaded / heavy", "kbtp_offload", offloaded(8, 900_000))]
+    text = "\n".join(findings(rows))
+    assert ("Requests served by the NIC: ALLOC_STORE 10%, LOAD 100%" in text)
+    assert f"Its stores run on the CPU: 89% of them for {reason};" in text
+    assert f"its stores run on the target CPU (89% of them for {reason})" in text
