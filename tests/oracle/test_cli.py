@@ -73,6 +73,9 @@ def test_check_reports_the_first_divergence(capsys: pytest.CaptureFixture[str]) 
     (["check", "--faults", "bad"], "--faults: unknown fault 'bad'"),
     (["check", "--mutant", "bad"], "--mutant: unknown mutant 'bad'"),
     (["mutants", "--only", "bad"], "--only: unknown mutant 'bad'"),
+    (["check", "--block-size", "12KB"], "--block-size: '12KB' is ambiguous"),
+    (["check", "--block-size", "100"], "--block-size: must be a multiple of 8 from 64"),
+    (["check", "--block-size", "2MiB"], "--block-size: must be a multiple of 8 from 64"),
 ])
 def test_user_errors_are_one_line(argv: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,3 +102,20 @@ def test_same_arguments_same_output(capsys: pytest.CaptureFixture[str]) -> None:
     first = capsys.readouterr().out
     assert main(argv) == 0
     assert capsys.readouterr().out == first
+
+
+def test_check_with_blocks_of_several_packets(capsys: pytest.CaptureFixture[str]) -> None:
+    """--block-size: 16 KiB blocks (4 packets) under connection failures; the NIC serves
+    LOADs and inline stores, the CPU Read-source stores (rule torn-read), and the replay
+    line names the size."""
+    argv = ["check", "--seed", "1", "--profiles", "ideal-be", "--ops", "32", "--phases",
+            "1", "--addr-le", "off", "--mix", "valid", "--faults", "drop",
+            "--block-size", "16KiB"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "blocks of 16KiB" in out and "1 campaigns, 0 diverged" in out
+    got = re.search(r"\((\d+) NIC, (\d+) CPU\)", out)
+    assert got is not None and int(got.group(1)) > 0, out
+    from kbtpsim.oracle.campaign import Spec
+
+    assert Spec(seed=1, block_size=16384).replay().endswith("--block-size 16384")
