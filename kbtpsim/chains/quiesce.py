@@ -132,25 +132,33 @@ class FreeQuiescence:
             while self._returning:
                 with self.cpu.request() as core:
                     yield core
-                    effects = yield from self._return_blocks()
-                    yield from self.carry_out(effects, "FREE")
+                    effects, held = yield from self._return_blocks(core)
+                    try:
+                        yield from self.carry_out(effects, "FREE")
+                    finally:  # the core taken again after a FetchAdd (TargetCpu.away)
+                        if held is not core:
+                            self.cpu.resource.release(held)
 
-    def _return_blocks(self) -> Generator[simpy.Event, Any, list[Effect]]:
+    def _return_blocks(self, core: Any) -> Generator[simpy.Event, Any,
+                                                     tuple[list[Effect], Any]]:
         """Process helper (on a held core; ``tail_via_nic``, decision C20): return the
         blocks whose grace has passed, each with a Tail ticket the CPU takes through its
         NIC (the NIC's atomic unit orders it against the FREE chains' FetchAdds on Tail),
-        charged to ``FREE``. Returns the effects (completions of the frees)."""
+        charged to ``FREE``, giving ``core`` back while each runs. Returns the effects
+        (completions of the frees) and the core request held at the end."""
         out: list[Effect] = []
         while self._returning:
-            block = self._returning.pop(0)
-            ticket, at = yield from self._tail_tickets.take(self.cpu, "FREE")
+            block = self._returning[0]  # listed until returned: _quiesce, run by another
+            # connection's pass while the core is given back, must not park it again
+            ticket, at, core = yield from self._tail_tickets.take(self.cpu, "FREE", core)
+            self._returning.pop(0)
             now = int(self.env.now)
             # for replay(): the return took effect at the ticket's FetchAdd
             self.log.append(("quiesced", block, at))
             out += self.target.quiesced(block, now, ticket, at)
             out += self._quiesce(now)
         self._kick()
-        return out
+        return out, core
 
 
 __all__ = ["FreeQuiescence"]

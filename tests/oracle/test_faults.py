@@ -220,3 +220,15 @@ def test_a_load_send_flushed_before_its_test_ran_is_not_taken_as_sent() -> None:
                             mix="pipeline", faults=parse_faults("stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True))
     assert res.ok, res.divergences[:1]
+
+
+def test_a_block_returning_while_the_cpu_waits_for_its_tail_ticket_is_parked_once() -> None:
+    """Found when the CPU began giving its core back while its FetchAdd through the NIC
+    runs (kbtpsim.chains.cpu_ticket): the returner took a quiesced block off its list
+    before the Tail ticket came, another connection's pass quiesced the same block
+    again meanwhile, and its second return crashed the target ("block 0x1800 does not
+    wait for quiescence"). The block stays listed until its ticket is taken."""
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=96,
+                            mix="default", faults=parse_faults("stall,reorder,slot,drop"),
+                            chains="v2", free_on_nic=True))
+    assert res.ok, res.divergences[:1]
