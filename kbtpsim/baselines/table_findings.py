@@ -134,8 +134,8 @@ def findings(rows: list[Row]) -> list[str]:
                 f"{_num(refill.get('per_op_ns'))} ns per refill, "
                 f"{_num(refill.get('ops'))} refills) run on the target CPU."
                 + (f" Its stores run on the CPU: {why}; the CPU takes each one's Ticket "
-                   "with a FetchAdd through its NIC, spinning until it returns "
-                   "(kbtpsim.chains.cpu_ticket)." if why else ""))
+                   "with a FetchAdd through its NIC (kbtpsim.chains.cpu_ticket)."
+                   if why else ""))
         else:
             loads0 = cpu(a, "load") == 0
             extra = (" DIRECT_LOAD takes loads off the CPU (0 ns per load), not stores."
