@@ -39,6 +39,16 @@ def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
             profile = get_profile(args.nic)
         except ValueError as exc:
             return f"{exc} (or one of: {', '.join(EXTRA)})"
+    from kbtpsim.units import UnitError, parse_size
+
+    try:
+        size = parse_size(args.block_size)
+    except UnitError as exc:
+        return f"--block-size: {exc}"
+    if size < 64 or size % 8 or size >= 1 << 32:
+        return (f"--block-size: must be a multiple of 8 from 64 octets to below 4GiB, got "
+                f"{args.block_size!r}")
+    args.block_size = size
     _resolve_design(args, profile)
     return op, profile
 
@@ -114,7 +124,9 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
 def _geometry(op: str, args: argparse.Namespace) -> Geometry:
     """Chains v2's LOAD has no entry re-read (decision C13); FREE is shown as it runs with
     ``target.operations.free: offload`` (the LOADs' reader counts, decision C20)."""
-    return Geometry(seqlock=args.design != "v2", readers=op == "FREE")
+    bs = args.block_size
+    return Geometry(block_size=bs, max_inline=bs, seqlock=args.design != "v2",
+                    readers=op == "FREE")
 
 
 def _decide(op: str, args: argparse.Namespace, profile: Any) -> Any:
@@ -199,6 +211,10 @@ def add_chains_parser(subparsers: Any) -> None:
         q.add_argument("--nic", required=True, metavar="PROFILE",
                        help="NIC profile name (or cx5+strided: cx5 with strided keys)")
         q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
+        q.add_argument("--block-size", metavar="SIZE", default="4KiB",
+                       help="the target's Block Size (and Max Inline), e.g. 64KiB "
+                       "(default 4KiB); a Read source above the profile's mtu stays on "
+                       "the CPU (rule torn-read)")
         q.add_argument("--chains", choices=("default", "v1", "v2"), default="default",
                        help="the chain design (target.chains): the profile's default (v2 "
                        "where it can re-arm chains, else v1), v1, or v2 (lanes, WAITs per "

@@ -89,6 +89,10 @@ def test_draw_is_byte_identical(tmp_path, ext: str) -> None:  # type: ignore[no-
     # the output is checked first, before the profile or the chain
     (["chains", "draw", "LOAD", "--nic", "cx9", "-o", "/nonexistent/x.png"],
      "directory /nonexistent does not exist"),
+    (["chains", "explain", "STORE", "--nic", "ideal-be", "--block-size", "64KB"],
+     "--block-size: '64KB' is ambiguous"),
+    (["chains", "show", "LOAD", "--nic", "ideal-be", "--block-size", "12"],
+     "--block-size: must be a multiple of 8 from 64 octets"),
 ])
 def test_user_errors_are_one_line(argv: list[str], needle: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,3 +123,22 @@ def test_explain_on_upstream_names_blockers_and_unblockers(
         assert "SOFTWARE" in out and "what would unblock it:" in out
         for cap in ("wait_enable:", "wqe_checks:", "indirect_keys:", "masked_atomics:"):
             assert cap in out, (op, cap)
+
+
+def test_explain_with_a_block_of_several_packets_names_torn_read(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--block-size: 64 KiB blocks on ideal-be (mtu 4 KiB): the Read-source STORE stays on
+    the CPU with rule torn-read; the inline one and LOAD are offloaded; 4 KiB offloads
+    both."""
+    assert run(["chains", "explain", "STORE", "--nic", "ideal-be", "--block-size",
+                "64KiB"]) == 0
+    out = capsys.readouterr().out
+    assert "store_inline (STORE, INLINE [| SEAL], of a full block) on ideal-be, ADDR_LE " \
+           "off: offloaded to the NIC" in out
+    assert "store_read (STORE, RDMA Read source" in out and "[torn-read] reads the " \
+           "initiator's 65536 octets straight into the block in 16 packets" in out
+    assert run(["chains", "explain", "STORE", "--nic", "ideal-be"]) == 0
+    assert "torn-read" not in capsys.readouterr().out
+    assert run(["chains", "show", "STORE", "--nic", "ideal-be", "--no-inline",
+                "--block-size", "8KiB"]) == 0
+    assert "torn-read" in capsys.readouterr().out
