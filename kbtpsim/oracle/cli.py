@@ -147,7 +147,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             + (f"; blocks of {format_size(block_size)}" if block_size != BS else "")
             + (f"; chains {args.chains}" + (f" (not on {', '.join(skipped)}: they cannot "
                                              "re-arm chains)" if skipped else "")
-               if args.chains == "v2" else "")
+               if args.chains == "v2" else "; chains v1" if args.chains == "v1" else "")
             + ("; chains " + ", ".join(f"{p} {d}" for p, d in design.items())
                if args.chains == "default" else ""))
     if not args.json:

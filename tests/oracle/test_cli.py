@@ -119,3 +119,9 @@ def test_check_with_blocks_of_several_packets(capsys: pytest.CaptureFixture[str]
     from kbtpsim.oracle.campaign import Spec
 
     assert Spec(seed=1, block_size=16384).replay().endswith("--block-size 16384")
+
+
+def test_check_plan_names_chains_v1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--seed", "1", "--profiles", "ideal-be", "--ops", "8", "--phases",
+                 "1", "--addr-le", "off", "--mix", "valid", "--chains", "v1"]) == 0
+    assert "; chains v1" in capsys.readouterr().out.splitlines()[0]
