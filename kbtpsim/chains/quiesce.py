@@ -132,21 +132,22 @@ class FreeQuiescence:
             while self._returning:
                 with self.cpu.request() as core:
                     yield core
-                    effects, held = yield from self._return_blocks(core)
+                    held = core
                     try:
-                        yield from self.carry_out(effects, "FREE")
+                        held = yield from self._return_blocks(core)
                     finally:  # the core taken again after a FetchAdd (TargetCpu.away)
                         if held is not core:
                             self.cpu.resource.release(held)
 
-    def _return_blocks(self, core: Any) -> Generator[simpy.Event, Any,
-                                                     tuple[list[Effect], Any]]:
+    def _return_blocks(self, core: Any) -> Generator[simpy.Event, Any, Any]:
         """Process helper (on a held core; ``tail_via_nic``, decision C20): return the
         blocks whose grace has passed, each with a Tail ticket the CPU takes through its
         NIC (the NIC's atomic unit orders it against the FREE chains' FetchAdds on Tail),
-        charged to ``FREE``, giving ``core`` back while each runs. Returns the effects
-        (completions of the frees) and the core request held at the end."""
-        out: list[Effect] = []
+        charged to ``FREE``, giving ``core`` back while each runs, and post each return's
+        effects (completions of the frees) before the next ticket: a FREE the target has
+        completed no longer holds its connection's credit, so its COMPLETION must be in
+        the credit's slots before that connection's process, running meanwhile, lets
+        the credit go. Returns the core request held at the end."""
         while self._returning:
             block = self._returning[0]  # listed until returned: _quiesce, run by another
             # connection's pass while the core is given back, must not park it again
@@ -155,10 +156,10 @@ class FreeQuiescence:
             now = int(self.env.now)
             # for replay(): the return took effect at the ticket's FetchAdd
             self.log.append(("quiesced", block, at))
-            out += self.target.quiesced(block, now, ticket, at)
-            out += self._quiesce(now)
-        self._kick()
-        return out, core
+            effects = self.target.quiesced(block, now, ticket, at) + self._quiesce(now)
+            self._kick()
+            yield from self.carry_out(effects, "FREE")
+        return core
 
 
 __all__ = ["FreeQuiescence"]

@@ -232,3 +232,16 @@ def test_a_block_returning_while_the_cpu_waits_for_its_tail_ticket_is_parked_onc
                             mix="default", faults=parse_faults("stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True))
     assert res.ok, res.divergences[:1]
+
+
+def test_a_returned_free_is_posted_before_its_credit_goes() -> None:
+    """Found by a battery of campaigns with 8 KiB blocks: the Tail returner gathered the
+    completions of several returned frees and posted them after its last FetchAdd. While
+    its core was away for a later ticket, the connection of a FREE the target had already
+    completed let its credit go, and the COMPLETION was then posted with no credit held
+    (a crash: "the CPU posts a work request while it holds no credit"). Each return's
+    effects are now posted before the next ticket."""
+    res = run_campaign(Spec(seed=2, profile="ideal-be", addr_le=False, ops=200,
+                            mix="race", faults=parse_faults("delay,stall,reorder,slot,drop"),
+                            chains="v2", free_on_nic=True, block_size=8192))
+    assert res.ok, res.divergences[:1]
