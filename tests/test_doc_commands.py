@@ -88,3 +88,64 @@ def test_documented_contention_command_runs(page: str, command: str,
     assert main(argv) == 0, (page, command)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["targets"]["target"]["cpu"]["background"]["share"] > 0
+
+
+def oracle_and_chains_commands() -> list[tuple[str, str]]:
+    """(page, command) for each `kbtpsim check|mutants|chains` line of a fenced block."""
+    out = []
+    for page in PAGES:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split("#", 1)[0].strip()
+                if re.match(r"kbtpsim (check|mutants|chains)\b", line) and \
+                        line not in {c for _, c in out}:
+                    out.append((page.name, line))
+    return out
+
+
+def _option(argv: list[str], name: str, value: str | None = None) -> str | None:
+    """Remove ``name`` and its value from ``argv``; return the value (``value``: absent)."""
+    if name not in argv:
+        return value
+    i = argv.index(name)
+    got = argv[i + 1]
+    del argv[i:i + 2]
+    return got
+
+
+def _reduced(argv: list[str], tmp_path: Path) -> list[str]:
+    """A documented command at reduced size: ``check`` on one seed, the first profile and
+    mix, 8 requests in one phase; ``mutants`` on one mutant; files into ``tmp_path``."""
+    argv = list(argv)
+    if argv[0] == "check":
+        seed = _option(argv, "--seed")
+        _option(argv, "--seeds")
+        profiles = _option(argv, "--profiles", "ideal-be")
+        mix = _option(argv, "--mix", "default")
+        _option(argv, "--ops")
+        _option(argv, "--phases")
+        argv += ["--seed", seed or "1", "--profiles", profiles.split(",")[0],  # type: ignore[union-attr]
+                 "--mix", mix.split(",")[0], "--ops", "8", "--phases", "1"]  # type: ignore[union-attr]
+        if "--junit" in argv:
+            argv[argv.index("--junit") + 1] = str(tmp_path / "check.xml")
+    elif argv[0] == "mutants" and "--only" not in argv:
+        argv += ["--only", "skip-sequence"]
+    if "-o" in argv:
+        argv[argv.index("-o") + 1] = str(tmp_path / argv[argv.index("-o") + 1])
+    return argv
+
+
+def test_the_documented_oracle_and_chains_commands_are_found() -> None:
+    found = {c for _, c in oracle_and_chains_commands()}
+    assert "kbtpsim check --profiles ideal-be --addr-le off --block-size 16KiB --faults " \
+           "drop" in found
+    assert "kbtpsim chains explain STORE --nic ideal-be --block-size 64KiB" in found
+    assert len(found) >= 20
+
+
+@pytest.mark.parametrize("page,command", oracle_and_chains_commands())
+def test_documented_oracle_and_chains_command_runs(page: str, command: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    argv = _reduced(shlex.split(command)[1:], tmp_path)
+    assert main(argv) == 0, (page, command, argv, capsys.readouterr())
