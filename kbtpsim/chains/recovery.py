@@ -162,6 +162,7 @@ class ChainRecovery(_Base):
                                  else f.nic_time)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now,
                                                     handover=False)
+            self.note_reads(effects)
             effects = self._data_already_read(f, effects, now)
             self._kick()
             yield from self.carry_out(effects, "ALLOC_STORE")

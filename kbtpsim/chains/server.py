@@ -307,6 +307,7 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
             conn.received.append(data)
             self.log.append(("handle", conn.conn_id, data, now))
             effects = self.target.handle(conn.conn_id, data, now, hold_after_ticket=True)
+            self.note_reads(effects)
             self._kick()
             return effects
         return super().on_request(conn, data, now)

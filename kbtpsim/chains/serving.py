@@ -107,6 +107,7 @@ class CreditServing:
             self._log_allocation(cc, f.request, f.ticket,
                                  now if f.nic_time is None else f.nic_time)
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now)
+            self.note_reads(effects)
             self._kick()
         elif self._tickets is not None and cc.conn_id not in self._hold and \
                 self.target.takes_shared_ticket(cc.conn_id, f.request):
@@ -152,6 +153,7 @@ class CreditServing:
         now = int(self.env.now)
         self._log_allocation(cc, request, ticket, at)
         effects = self.target.allocate_with_ticket(cc.conn_id, request, ticket, at, now)
+        self.note_reads(effects)  # logged at its Ticket: replay() finds its Read by this
         self._kick()
         return effects
 

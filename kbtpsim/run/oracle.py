@@ -139,7 +139,8 @@ def check_oracle(system: System) -> list[Divergence]:
         cfg = server.config  # the offloaded target may widen the table (table_range)
         try:
             ref, effects = replay(cfg, server.log, _read_source(system, tname),
-                                  getattr(server, "log_tickets", None))
+                                  getattr(server, "log_tickets", None),
+                                  getattr(server, "read_origin", None))
         except ValueError as exc:  # e.g. a NIC-served store read a wrong length
             out.append(Divergence(tname, "replay", -1, str(exc)))
             continue

@@ -16,7 +16,8 @@ ReadSource = Callable[[int, bytes, ReadInitiator], bytes]
 
 def replay(config: TargetConfig, log: list[tuple[Any, ...]],
            read_source: ReadSource | None = None,
-           tickets: dict[int, int] | None = None) -> tuple[Target, list[Effect]]:
+           tickets: dict[int, int] | None = None,
+           read_origin: dict[int, int] | None = None) -> tuple[Target, list[Effect]]:
     """Feed a server's log (:attr:`kbtpsim.system.server.SoftwareTargetServer.log`) into
     a fresh dict-backed :class:`Target`: the reference for oracle checks. Returns it and
     all its effects.
@@ -32,19 +33,35 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
     ``tickets`` (log index -> shared-ring Ticket the entry took) fixes the order of
     allocations: a Ticket is an allocation's linearisation point, and the NIC's FetchAdds
     and the CPU's allocations interleave closer than any timestamp tells. The entries
-    that took Tickets keep their places in the time order, filled in Ticket order."""
+    that took Tickets keep their places in the time order, filled in Ticket order.
+
+    ``read_origin`` (the server's RDMA Read token -> index of the log entry whose call
+    issued that Read) matches each logged ``("read", token, ...)`` with the reference's
+    Read of the same request. Without it, the k-th Read of a CPU-handled request is taken
+    to be the server's token k, which holds only if the server's calls came in the
+    replay's order (an allocation logged at its Ticket's time, but handled once the
+    Ticket's FetchAdd returned, may come later)."""
     ref = Target(config)
     out: list[Effect] = []
     # The server's target numbers its RDMA Reads 1, 2, 3, ... (Target issues tokens in
     # order) and only for requests its CPU handled; the reference also issues tokens for
     # NIC-served stores. The k-th Read of a CPU-handled request is the server's token k.
     tokens: dict[int, int] = {}
+    by_entry: dict[int, list[int]] = {}  #: log index -> the reference's Read tokens
+    current = -1  #: the log index being applied
 
     def note(effects: list[Effect]) -> list[Effect]:
         for e in effects:
             if isinstance(e, ReadInitiator):
                 tokens[len(tokens) + 1] = e.token
+                by_entry.setdefault(current, []).append(e.token)
         return effects
+
+    def ref_token(live: int) -> int:
+        origin = read_origin.get(live) if read_origin is not None else None
+        if origin is not None and by_entry.get(origin):
+            return by_entry[origin].pop(0)
+        return tokens.get(live, live)
 
     order = sorted(range(len(log)), key=lambda i: log[i][-1])
     if tickets:
@@ -53,6 +70,7 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
         for k, i in zip(places, by_ticket, strict=True):
             order[k] = i
     for index in order:
+        current = index
         entry = log[index]
         kind, now = entry[0], entry[-1]
         if kind == "connect":
@@ -79,7 +97,7 @@ def replay(config: TargetConfig, log: list[tuple[Any, ...]],
                 else:
                     out.append(e)
         elif kind == "read":
-            out += note(ref.complete_read(tokens.get(entry[1], entry[1]), entry[2], now))
+            out += note(ref.complete_read(ref_token(entry[1]), entry[2], now))
         elif kind == "advance":
             out += note(ref.advance(now))
         elif kind == "quiesced":

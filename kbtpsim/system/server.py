@@ -189,6 +189,10 @@ class SoftwareTargetServer(DirectWindows):
         #: data), ("read", token, data), ("advance",), ("disconnect", conn) -- see replay()
         self.keep_log = keep_log
         self.log: list[tuple[Any, ...]] = [] if keep_log else Discard()
+        #: RDMA Read token of the target -> index of the log entry whose call issued it:
+        #: replay() matches each logged Read with its request, whatever order the
+        #: target's calls came in (an allocation may be logged at its Ticket's time)
+        self.read_origin: dict[int, int] = {}
         self._timer_wake = self.env.event()
         self.env.process(self.cq.serve(self._dispatch))
         self.env.process(self._timer())
@@ -328,7 +332,17 @@ class SoftwareTargetServer(DirectWindows):
         for name, (_sess, ring) in self._direct_rings.items():
             self._heads[name] = ring.head_ticket  # the target's own allocations
         self._poke_timer()
+        self.note_reads(out)
         return out
+
+    def note_reads(self, effects: Iterable[Effect]) -> None:
+        """The RDMA Reads among ``effects`` were issued by the call of the last log entry
+        (``read_origin``); call it right after that call."""
+        if self.keep_log:
+            at = len(self.log) - 1
+            for e in effects:
+                if isinstance(e, ReadInitiator):
+                    self.read_origin[e.token] = at
 
     def post_recv(self, conn: ServerConnection, addr: int) -> None:
         """Post one request receive buffer at ``addr`` (``conn.recv_size`` octets)."""

@@ -192,3 +192,23 @@ def test_static_miss_names_only_what_every_variant_fails() -> None:
     assert static_miss(rec, all_v, bs, False) == OTHER_FLAGS
     assert static_miss(encode(Free(request_id=1, handle=5), False), all_v, bs,
                        False) == NOT_OFFLOADED
+
+
+def test_cpu_allocations_handled_out_of_ticket_order_match_their_reads() -> None:
+    """Found once the CPU gave its core back while its Ticket FetchAdd ran: with 64 KiB
+    Read-source stores served by the CPU (rule torn-read) and background load on the
+    cores, a CPU allocation logged at its Ticket's time was handled after another
+    request's RDMA Read was issued, so replay() matched the two Reads the wrong way
+    round (it took the k-th Read of the reference for the server's token k) and the
+    final pool differed. Each Read is now matched with the request that issued it
+    (``read_origin``)."""
+    data = yaml.safe_load((REPO / "scenarios" / "kvcache-compare.yaml").read_text())
+    data["target"].update(mode="offload", nic={"profile": "ideal-be"},
+                          cpu={**data["target"].get("cpu", {}), "background": 0.6})
+    for ini in data["initiators"]:
+        ini["nic"] = {"profile": "ideal-be"}
+    data["stop"] = {**data.get("stop", {}), "operations": 300}
+    out = run_scenario(scenario_from_dict(data), oracle=True)
+    assert out.divergences == [], [str(d) for d in out.divergences]
+    served = out.results["targets"]["target"]["fallbacks"]["served"]
+    assert served["ALLOC_STORE"]["cpu"] > 0
