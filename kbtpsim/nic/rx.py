@@ -348,9 +348,11 @@ class RxSide(RecvQueue):
             def landed() -> None:
                 if nic.atomic_pending.get(addr, (0, None))[1] is token:
                     del nic.atomic_pending[addr]
-                resp.sampled = env.now  # the new value is visible (the CQE's ``sampled``)
 
-            self._place(addr, new.to_bytes(8, order), then=landed)  # type: ignore[arg-type]
+            # the CQE's ``sampled``: when the new value becomes visible in memory, known
+            # now; the response may reach the requester (and its CQE be made) before then
+            resp.sampled = self._place(addr, new.to_bytes(8, order),  # type: ignore[arg-type]
+                                       then=landed)
 
         ev.callbacks.append(rmw)
         self._send(resp)

@@ -35,5 +35,6 @@ class WrContext:
         self.byte_len = 0
         self.pieces: list[tuple[int, int]] = []
         #: RDMA Read: when the responder's DMA read the first octets; an atomic: when its
-        #: result's write landed at the responder (ps; Cqe.sampled)
+        #: result's write lands at the responder, which may be after this WR's CQE is
+        #: made (its posted write queued behind others) (ps; Cqe.sampled)
         self.sampled: int | None = None

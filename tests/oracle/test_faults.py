@@ -245,3 +245,17 @@ def test_a_returned_free_is_posted_before_its_credit_goes() -> None:
                             mix="race", faults=parse_faults("delay,stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True, block_size=8192))
     assert res.ok, res.divergences[:1]
+
+
+def test_an_unbind_whose_write_lands_after_its_cqe_is_linearised_when_it_lands() -> None:
+    """Found by a long campaign (500 requests, FREE on the NIC): a FREE chain's unbind,
+    a loopback masked FetchAdd, got its response (and its CQE) before its own write of
+    the entry became visible: the responder's posted writes were queued behind earlier
+    ones. The CQE then carried no ``sampled`` time and the oracle linearised the FREE at
+    the CQE's time, 0.2 us after the entry had changed, and a LOAD the CPU served in
+    between diverged (NOT_VALID in the target, NOT_SEALED in the reference). The
+    responder knows when its write will land, and the response now carries that time."""
+    res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=500, phases=5,
+                            mix="race", faults=parse_faults("delay,stall,reorder,slot,drop"),
+                            chains="v2", free_on_nic=True))
+    assert res.ok, res.divergences[:1]
