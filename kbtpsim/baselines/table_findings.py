@@ -134,7 +134,8 @@ def findings(rows: list[Row]) -> list[str]:
                 f"{_num(refill.get('per_op_ns'))} ns per refill, "
                 f"{_num(refill.get('ops'))} refills) run on the target CPU."
                 + (f" Its stores run on the CPU: {why}; the CPU takes each one's Ticket "
-                   "with a FetchAdd through its NIC (kbtpsim.chains.cpu_ticket)."
+                   "with a FetchAdd through its NIC and spins on its core until it "
+                   "returns, behind the NIC's chain traffic (kbtpsim.chains.cpu_ticket)."
                    if why else ""))
         else:
             loads0 = cpu(a, "load") == 0

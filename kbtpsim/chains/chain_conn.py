@@ -70,6 +70,3 @@ class _ChainConn:
     checked: int = -1
     #: times the connection's CPU process woke (or looped) to poll its chains
     wakeups: int = 0
-    #: the core request the connection's CPU pass holds now (None between passes); a
-    #: pass that gives its core back while it waits (``TargetCpu.away``) replaces it
-    core: simpy.resources.resource.Request | None = None

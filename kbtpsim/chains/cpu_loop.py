@@ -90,13 +90,7 @@ class ChainCpuLoop(_Base):
                     or self.target.waiting_allocations:
                 with cpu.request() as core:
                     yield core
-                    cc.core = core
-                    try:
-                        yield from self._pass(cc, finished)
-                    finally:  # a pass that gave its core back holds another now
-                        if cc.core is not core and cc.core is not None:
-                            cpu.resource.release(cc.core)
-                        cc.core = None
+                    yield from self._pass(cc, finished)
                 if finished or conn.inbox:
                     continue
             # nothing to do: sleep until a CQE, a kick, or a CQE still in flight lands

@@ -13,10 +13,8 @@ guarantee atomicity only among atomics of the same device (``IBV_ATOMIC_HCA``), 
 against CPU accesses. :class:`NicTicketTaker` does that with a loopback QP: the CPU
 posts a masked FetchAdd (draft, "Free-Block Ring": Add Data ``0x0000000100000010``,
 Add Mask ``bit 63 | bit 31 | bit n+3``) on Head, rings the doorbell (an MMIO write),
-and polls its CQ for the result. The offloaded target's CPU gives its core back while
-the FetchAdd runs (its server thread polls other connections meanwhile) and charges the
-post, the doorbell and the poll that sees the CQE; a caller that passes no core spins
-on it instead, and the spin is charged as busy time.
+and polls its CQ for the result; it spins on its core meanwhile (the time is charged to
+the allocation's account as busy CPU time).
 """
 
 from __future__ import annotations
@@ -53,73 +51,46 @@ class NicTicketTaker:
         self.counter = counter
         self.add_mask = ring_add_mask(n_slots)
         self.cq = nic.create_cq(1 << 10)
-        self.qp = nic.create_qp(self.cq, self.cq, sq_depth=self.DEPTH)
+        self.qp = nic.create_qp(self.cq, self.cq, sq_depth=64)
         connect(self.qp, self.qp)
-        #: one result word per FetchAdd that may be outstanding (the send queue's depth)
-        self.result_addr = nic.host.alloc(8 * self.DEPTH, 8)
-        self.result_mr = nic.register_mr(self.result_addr, 8 * self.DEPTH,
-                                         Access.LOCAL_WRITE)
+        self.result_addr = nic.host.alloc(8, 8)
+        self.result_mr = nic.register_mr(self.result_addr, 8, Access.LOCAL_WRITE)
+        self.lock = simpy.Resource(nic.env, capacity=1)  #: one result word
         self.taken = 0  #: tickets taken this way
         self._ids = 0
-        self._waiting: dict[int, simpy.Event] = {}  #: wr_id -> fired with its CQE
-        self.cq.hooks.append(self._landed)
 
-    #: FetchAdds the CPU may have outstanding (its send queue's depth)
-    DEPTH = 64
-
-    def _landed(self, cqe: Any) -> None:
-        """CQ hook: the CQE of FetchAdd ``wr_id`` was generated (it lands at ``time``)."""
-        ev = self._waiting.pop(cqe.wr_id, None)
-        if ev is not None:
-            ev.succeed(cqe)
-
-    def take(self, cpu: TargetCpu, account: str,
-             core: simpy.resources.resource.Request | None = None) -> Gen:
+    def take(self, cpu: TargetCpu, account: str) -> Gen:
         """Process helper (on a held core): take one Ticket; returns (ticket, time the
-        atomic executed at the NIC in ps, the core request now held). Charges posting,
-        the doorbell and the poll that sees the CQE to ``account``. With ``core`` (the
-        request the caller holds), the core is given back while the FetchAdd runs
-        (``TargetCpu.away``) and a core taken again once its CQE has landed: the server
-        thread serves other connections meanwhile. Without it, the core spins on the CQ
-        and the spin is charged as busy time."""
+        atomic executed at the NIC in ps). Charges posting, the doorbell and the spin
+        until the CQE is seen to ``account``."""
         env = self.nic.env
-        start = int(env.now)
-        self._ids += 1
-        wr_id = self._ids
-        if len(self._waiting) >= self.DEPTH:
-            raise RuntimeError(f"the CPU has {self.DEPTH} FetchAdds on {self.counter} "
-                               "outstanding already")
-        result = self.result_addr + 8 * (wr_id % self.DEPTH)
-        done = self._waiting[wr_id] = env.event()
-        yield from cpu.spend(account, cpu.post_ps)
-        self.qp.post_send(WorkRequest(
-            Opcode.MASKED_FETCH_ADD, (Sge(result, 8, self.result_mr.lkey),),
-            WqeFlags.SIGNALED, remote_addr=self.counter_to,
-            rkey=self.counter_rkey, swap_add=RING_ADD_DATA, swap_mask=self.add_mask,
-            wr_id=wr_id))
-        yield from cpu.spend(account, cpu.doorbell_ps)  # the doorbell is an MMIO write
-        self.qp.ring_doorbell()
-        if core is not None:
-            core = yield from cpu.away(core, done)
-            cqe = done.value
-        else:
-            cqe = yield done
-        if cqe.time > env.now:  # generated now, its DMA write lands then
-            yield env.timeout(cqe.time - env.now)
-        self.cq.poll(self.DEPTH)  # (dispatched by the hook already)
-        if core is None:  # the core spun on the CQ meanwhile: busy time
+        with self.lock.request() as mine:
+            yield mine
+            start = int(env.now)
+            self._ids += 1
+            yield from cpu.spend(account, cpu.post_ps)
+            self.qp.post_send(WorkRequest(
+                Opcode.MASKED_FETCH_ADD, (Sge(self.result_addr, 8, self.result_mr.lkey),),
+                WqeFlags.SIGNALED, remote_addr=self.counter_to,
+                rkey=self.counter_rkey, swap_add=RING_ADD_DATA, swap_mask=self.add_mask,
+                wr_id=self._ids))
+            yield from cpu.spend(account, cpu.doorbell_ps)  # the doorbell is an MMIO write
+            self.qp.ring_doorbell()
+            got = yield from self.cq.wait(1)
+            cqe = got[0]
+            # the core spun on the CQ meanwhile: busy time, then the poll that saw it
             spun = int(env.now) - start - cpu.post_ps - cpu.doorbell_ps
             if spun > 0:
                 cpu.charge(account, spun)
-        yield from cpu.spend(account, cpu.poll_ps)
-        if cqe.status is not WcStatus.SUCCESS:
-            raise RuntimeError(f"the CPU's FetchAdd on {self.counter} failed: "
-                               f"{cqe.status.name}")
-        order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
-            else "little"
-        old = self.nic.host.memory.read_u64(result, order)
-        self.taken += 1
-        return old >> 32, cqe.time, core
+            yield from cpu.spend(account, cpu.poll_ps)
+            if cqe.status is not WcStatus.SUCCESS:
+                raise RuntimeError(f"the CPU's FetchAdd on {self.counter} failed: "
+                                   f"{cqe.status.name}")
+            order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
+                else "little"
+            old = self.nic.host.memory.read_u64(self.result_addr, order)
+            self.taken += 1
+            return old >> 32, cqe.time
 
 
 __all__ = ["NicTicketTaker"]

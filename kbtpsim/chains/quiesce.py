@@ -132,26 +132,20 @@ class FreeQuiescence:
             while self._returning:
                 with self.cpu.request() as core:
                     yield core
-                    held = core
-                    try:
-                        held = yield from self._return_blocks(core)
-                    finally:  # the core taken again after a FetchAdd (TargetCpu.away)
-                        if held is not core:
-                            self.cpu.resource.release(held)
+                    yield from self._return_blocks()
 
-    def _return_blocks(self, core: Any) -> Generator[simpy.Event, Any, Any]:
+    def _return_blocks(self) -> Generator[simpy.Event, Any, None]:
         """Process helper (on a held core; ``tail_via_nic``, decision C20): return the
         blocks whose grace has passed, each with a Tail ticket the CPU takes through its
         NIC (the NIC's atomic unit orders it against the FREE chains' FetchAdds on Tail),
-        charged to ``FREE``, giving ``core`` back while each runs, and post each return's
-        effects (completions of the frees) before the next ticket: a FREE the target has
-        completed no longer holds its connection's credit, so its COMPLETION must be in
-        the credit's slots before that connection's process, running meanwhile, lets
-        the credit go. Returns the core request held at the end."""
+        charged to ``FREE``, and post each return's effects (completions of the frees)
+        before the next ticket: a FREE the target has completed no longer holds its
+        connection's credit, so its COMPLETION must be in the credit's slots before that
+        connection's process, which may run on the other core meanwhile, lets it go."""
         while self._returning:
-            block = self._returning[0]  # listed until returned: _quiesce, run by another
-            # connection's pass while the core is given back, must not park it again
-            ticket, at, core = yield from self._tail_tickets.take(self.cpu, "FREE", core)
+            block = self._returning[0]  # listed until returned: a _quiesce meanwhile
+            # (another connection's pass, on the other core) must not park it again
+            ticket, at = yield from self._tail_tickets.take(self.cpu, "FREE")
             self._returning.pop(0)
             now = int(self.env.now)
             # for replay(): the return took effect at the ticket's FetchAdd
@@ -159,7 +153,6 @@ class FreeQuiescence:
             effects = self.target.quiesced(block, now, ticket, at) + self._quiesce(now)
             self._kick()
             yield from self.carry_out(effects, "FREE")
-        return core
 
 
 __all__ = ["FreeQuiescence"]

@@ -147,9 +147,7 @@ class CreditServing:
         the allocation of that Ticket in software. Returns the effects."""
         conn = cc.conn
         assert conn is not None and self._tickets is not None
-        # the core is given back while the FetchAdd runs (cc.core: the pass's core now)
-        ticket, at, cc.core = yield from self._tickets.take(self.cpu, "ALLOC_STORE",
-                                                            cc.core)
+        ticket, at = yield from self._tickets.take(self.cpu, "ALLOC_STORE")
         now = int(self.env.now)
         self._log_allocation(cc, request, ticket, at)
         effects = self.target.allocate_with_ticket(cc.conn_id, request, ticket, at, now)

@@ -158,18 +158,6 @@ class TargetCpu:
         """A core (``with cpu.request() as core: yield core``)."""
         return self.resource.request()
 
-    def away(self, core: simpy.resources.resource.Request, until: simpy.Event
-             ) -> Generator[simpy.Event, Any, simpy.resources.resource.Request]:
-        """Process helper: give the held ``core`` back while the process waits for
-        ``until`` (a server's polling thread serves other work meanwhile, rather than
-        spinning), then take a core again. Returns the new request, which the caller
-        releases (``cpu.resource.release``) where it would have released ``core``."""
-        self.resource.release(core)
-        yield until
-        again = self.request()
-        yield again
-        return again
-
     def spend(self, account: str, ps: int) -> Generator[simpy.Event, Any, None]:
         """Process helper: keep the held core busy for ``ps`` and charge ``account``."""
         if ps > 0:

@@ -223,11 +223,12 @@ def test_a_load_send_flushed_before_its_test_ran_is_not_taken_as_sent() -> None:
 
 
 def test_a_block_returning_while_the_cpu_waits_for_its_tail_ticket_is_parked_once() -> None:
-    """Found when the CPU began giving its core back while its FetchAdd through the NIC
-    runs (kbtpsim.chains.cpu_ticket): the returner took a quiesced block off its list
-    before the Tail ticket came, another connection's pass quiesced the same block
-    again meanwhile, and its second return crashed the target ("block 0x1800 does not
-    wait for quiescence"). The block stays listed until its ticket is taken."""
+    """Found while the CPU gave its core back during its FetchAdd through the NIC (a
+    change tried and reverted on 2026-12-05, docs/oracle.md): the returner took a
+    quiesced block off its list before the Tail ticket came, another connection's pass
+    quiesced the same block again meanwhile, and its second return crashed the target
+    ("block 0x1800 does not wait for quiescence"). With two cores the same window exists
+    while the returner spins; the block now stays listed until its ticket is taken."""
     res = run_campaign(Spec(seed=1, profile="ideal-be", addr_le=False, ops=96,
                             mix="default", faults=parse_faults("stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True))
@@ -235,12 +236,13 @@ def test_a_block_returning_while_the_cpu_waits_for_its_tail_ticket_is_parked_onc
 
 
 def test_a_returned_free_is_posted_before_its_credit_goes() -> None:
-    """Found by a battery of campaigns with 8 KiB blocks: the Tail returner gathered the
-    completions of several returned frees and posted them after its last FetchAdd. While
-    its core was away for a later ticket, the connection of a FREE the target had already
-    completed let its credit go, and the COMPLETION was then posted with no credit held
-    (a crash: "the CPU posts a work request while it holds no credit"). Each return's
-    effects are now posted before the next ticket."""
+    """Found by a battery of campaigns with 8 KiB blocks (while the CPU gave its core
+    back during its FetchAdds, since reverted): the Tail returner gathered the
+    completions of several returned frees and posted them after its last FetchAdd.
+    During a later ticket, the connection of a FREE the target had already completed
+    let its credit go (on the other core), and the COMPLETION was then posted with no
+    credit held (a crash: "the CPU posts a work request while it holds no credit").
+    Each return's effects are now posted before the next ticket."""
     res = run_campaign(Spec(seed=2, profile="ideal-be", addr_le=False, ops=200,
                             mix="race", faults=parse_faults("delay,stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True, block_size=8192))

@@ -195,7 +195,8 @@ def test_static_miss_names_only_what_every_variant_fails() -> None:
 
 
 def test_cpu_allocations_handled_out_of_ticket_order_match_their_reads() -> None:
-    """Found once the CPU gave its core back while its Ticket FetchAdd ran: with 64 KiB
+    """Found while the CPU gave its core back during its Ticket FetchAdd (since
+    reverted; with two cores the window exists while it spins): with 64 KiB
     Read-source stores served by the CPU (rule torn-read) and background load on the
     cores, a CPU allocation logged at its Ticket's time was handled after another
     request's RDMA Read was issued, so replay() matched the two Reads the wrong way
