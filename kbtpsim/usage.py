@@ -77,3 +77,18 @@ def figure_types() -> tuple[str, ...]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     return tuple(f".{ext}" for ext in FigureCanvasAgg.get_supported_filetypes())
+
+
+def block_size_arg(value: str, largest: int) -> int | str:
+    """``--block-size VALUE`` in octets (``4096``, ``16KiB``), or the one-line error: a
+    multiple of 8 from 64 octets to ``largest``."""
+    from kbtpsim.units import UnitError, format_size, parse_size
+
+    try:
+        size = parse_size(value)
+    except UnitError as exc:
+        return f"--block-size: {exc}"
+    if size < 64 or size % 8 or size > largest:
+        return (f"--block-size: must be a multiple of 8 from 64 octets to "
+                f"{format_size(largest)}, got {value!r}")
+    return size

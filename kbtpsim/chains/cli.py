@@ -18,7 +18,7 @@ from kbtpsim.chains.plan import decide, decide_op
 from kbtpsim.chains.render import draw, explain, show
 from kbtpsim.chains.replay import replay_chain_main
 from kbtpsim.nic.profiles import PROFILES, get_profile
-from kbtpsim.usage import EXIT_USAGE, figure_types, output_file_problem
+from kbtpsim.usage import EXIT_USAGE, block_size_arg, figure_types, output_file_problem
 from kbtpsim.usage import fail as _fail
 
 __all__ = ["add_chains_parser", "replay_chain_main"]
@@ -39,15 +39,9 @@ def _args(args: argparse.Namespace) -> tuple[str, Any] | str:
             profile = get_profile(args.nic)
         except ValueError as exc:
             return f"{exc} (or one of: {', '.join(EXTRA)})"
-    from kbtpsim.units import UnitError, parse_size
-
-    try:
-        size = parse_size(args.block_size)
-    except UnitError as exc:
-        return f"--block-size: {exc}"
-    if size < 64 or size % 8 or size >= 1 << 32:
-        return (f"--block-size: must be a multiple of 8 from 64 octets to below 4GiB, got "
-                f"{args.block_size!r}")
+    size = block_size_arg(args.block_size, 1 << 31)
+    if isinstance(size, str):
+        return size
     args.block_size = size
     _resolve_design(args, profile)
     return op, profile

@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from kbtpsim.usage import block_size_arg
 from kbtpsim.usage import fail as _fail
 
 EXIT_DIVERGED = 1
@@ -64,20 +65,6 @@ def _common(q: argparse.ArgumentParser) -> None:
 MAX_BLOCK = 1 << 20
 
 
-def _block_size(value: str) -> int | str:
-    """--block-size in octets, or why not."""
-    from kbtpsim.units import UnitError, format_size, parse_size
-
-    try:
-        size = parse_size(value)
-    except UnitError as exc:
-        return f"--block-size: {exc}"
-    if size < 64 or size % 8 or size > MAX_BLOCK:
-        return (f"--block-size: must be a multiple of 8 from 64 octets to "
-                f"{format_size(MAX_BLOCK)}, got {value!r}")
-    return size
-
-
 def _cmd_check(args: argparse.Namespace) -> int:
     from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
     from kbtpsim.oracle.faults import parse_faults
@@ -95,7 +82,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from kbtpsim.oracle.spec import BS
     from kbtpsim.units import format_size
 
-    block_size = BS if args.block_size is None else _block_size(args.block_size)
+    block_size = BS if args.block_size is None else block_size_arg(args.block_size,
+                                                                   MAX_BLOCK)
     if isinstance(block_size, str):
         return _fail(block_size)
     seeds = [args.seed] if args.seed is not None else list(range(1, (args.seeds or 2) + 1))
