@@ -195,11 +195,24 @@ class ChainRecovery(_Base):
             effects = self._finish_free(cc, f, now)
         else:
             ring = self.target.shared_ring
-            slot = self.nic.host.memory.read(
-                self.layout.rings[0].slot_addr(ring.slot_offset_of(f.ticket)), 16)
+            mem = self.nic.host.memory
+            slot_addr = self.layout.rings[0].slot_addr(ring.slot_offset_of(f.ticket))
+            slot = mem.read(slot_addr, 16)
             order = "little" if self.config.addr_le else "big"
-            if int.from_bytes(slot[:4], "big") == f.ticket & 0xFFFFFFFF and \
-                    int.from_bytes(slot[8:], order) == block:  # the chain returned it
+            returned = int.from_bytes(slot[8:], order) == block
+            if returned and int.from_bytes(slot[:4], "big") != f.ticket & 0xFFFFFFFF:
+                # the chain wrote the Block Offset, not yet the Sequence (draft, "Free-
+                # Block Ring": Block Offset first). It writes only a slot it read
+                # consumed, and a block bound to the handle is in no slot: put the
+                # consumed marker back, so that the target writes the slot itself.
+                # (Left as it was, the slot reads as the old round's, not consumed, and
+                # the return, and the allocation of its ticket, would wait for ever.)
+                from kbtpsim.chains.server import CHAIN  # (imports this module)
+
+                yield from self.cpu.spend(CHAIN, self.cpu.post_ps)
+                mem.write(slot_addr + 8, b"\xff" * 8)
+                returned = False
+            if returned:  # the chain returned it (Block Offset, then Sequence)
                 assert cc.conn is not None and f.ticket_time is not None
                 cc.conn.received.append(f.request)
                 self.log.append(("handle", cc.conn_id, f.request, f.unbound))

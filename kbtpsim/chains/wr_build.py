@@ -79,6 +79,9 @@ class _Credit:
     #: chains v2 with dispatch: the variant the request was dispatched to (None: none),
     #: False until known (:meth:`kbtpsim.chains.v2.slots.SlotQueues.dispatched_variant`)
     dispatched: str | bool | None = False
+    #: chains v2: positions in the connection QP's ring of this credit's connection-WR
+    #: CQEs seen (:meth:`kbtpsim.chains.v2.slots.SlotQueues._after_finish`)
+    conn_seen: list[int] = field(default_factory=list)
 
 
 class WrResolution:

@@ -356,6 +356,8 @@ class QueuePair(RxSide, SendOps):
                 delay = self.fault_hook("exec", idx)
                 if delay:
                     yield env.timeout(delay)
+                    if self.state is QpState.ERROR or self.halted:
+                        continue  # failed meanwhile: the WR is flushed, not executed
             yield env.timeout(nic.decode_unit.reserve(nic.decode_ps, self._label("decode", idx))
                               - env.now)
             self._mark(idx, "started")

@@ -195,7 +195,12 @@ class SendOps:
             pkt.payload = gather(mem, pieces, pkt.offset, pkt.length)
             pkt.sampled = env.now
 
-        if self.nic.fast and len(pkts) > 1:
+        out = self.out
+        if self.nic.fast and len(pkts) > 1 and (out is None or len(out.senders) == 1):
+            # only where the transmitter books the burst ahead (QueuePair._tx_burst): on a
+            # shared serialiser each packet is sent when its own DMA ends, as at full
+            # fidelity, and reading every payload at the first's end would move the
+            # transmit unit's bookings and the octets' snapshot (docs/performance.md)
             self._gather_fast(pieces, pkts, addr, first)
             return
         for pkt in pkts:

@@ -180,3 +180,41 @@ def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
 
 __all__ = ["run_drop_after_store_read", "run_drop_during_alloc_read",
            "run_drop_during_allocation", "run_drop_during_load"]
+
+
+def run_drop_during_free_return(profile: str = "ideal-be", seed: int = 1,
+                                observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """Decision C20 with a failure between the two writes of a block's return: A's FREE
+    (on the NIC) took its Tail ticket, found the ticket's slot consumed and wrote its
+    Block Offset, and is held before the Sequence (``fr_w_seq``) when A's connection
+    fails. The slot then holds the old round's Sequence beside the freed block, which
+    reads as a slot still waiting for its allocation: the target must see that the chain
+    found it consumed, so that the return completes and the allocation of that ticket
+    does not wait for ever. A then reconnects and allocates twice (the second takes the
+    returned slot's ticket). ``observe`` gets the server (``"server"``)."""
+    faults = Faults(delay=DelayChain("A", "free", "fr_w_seq", 100_000.0), drop_p=1.0)
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=faults, chains="v2",
+                free_on_nic=True)
+    bs = 512
+    run, a, _b = _owner_and_loader(spec, None, 2, bs)
+    env, server = run.env, run.server
+    assert server.layout is not None
+    ring = server.layout.rings[0]
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        run.keep(a, (yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))  # Ticket 0
+        slot = ring.slot_addr(0)  # Tail ticket 2 returns the block to slot 0 (N = 2)
+        before = mem.read(slot + 8, 8)
+        proc = a.free(X_HANDLE)
+        while mem.read(slot + 8, 8) == before:  # the chain's Block Offset has landed
+            yield env.timeout(100_000)
+        yield from _drop_and_reconnect(run, a, proc)
+        for handle in (X_HANDLE + 1, X_HANDLE + 2):  # Tickets 1 and 2
+            run.keep(a, (yield a.alloc_store(handle, b"2" * bs, seal=True)))
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())

@@ -160,9 +160,9 @@ def install(server: ObservedServer, faults: Faults, seed: int,
         name = conn.name
         d = faults.delay
         stall_ps = round(faults.stall_ns * 1000)
-        for qp in (cs.qps.get(r) for r in cs.qps):
-            if qp is None:
-                continue
+        # every queue of the connection's chains: with chains v2 those of each credit
+        # slot (master, workers, lanes, sub-masters, advancers), not only the roles'
+        for qp in cs.queues().values():
             done: set[tuple[str, int]] = set()
 
             def hook(phase: str, index: int, qp=qp, done=done) -> int:  # type: ignore[no-untyped-def]

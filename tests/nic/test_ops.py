@@ -373,3 +373,26 @@ def test_same_address_fetch_adds_behind_queued_writes_return_distinct_values() -
                   for j in range(32))
     assert olds == list(range(32))
     assert b.host.memory.read_u64(counter, "big") == 32
+
+
+def test_a_wr_held_before_it_executes_is_flushed_if_its_qp_fails_meanwhile(
+        pair: Pair) -> None:
+    """A fault hook holding a fetched WR before it starts (the oracle's chain delay)
+    models a slow NIC, not one that runs WRs of a QP in the error state: a QP that fails
+    while the WR is held flushes it (IBV_WC_WR_FLUSH_ERR) and it writes nothing."""
+    held = 1_000_000  # 1 us
+
+    def hook(phase: str, index: int) -> int:
+        return held if phase == "exec" and index == 0 else 0
+
+    pair.qa.fault_hook = hook
+    pair.qa.post_send(WorkRequest(Opcode.RDMA_WRITE, flags=S, remote_addr=pair.bufb,
+                                  rkey=pair.mrb.rkey, inline_data=b"late", wr_id=3))
+    pair.qa.ring_doorbell()
+    env = pair.sim.env
+    env.run(until=held // 2)  # fetched and held
+    pair.qa.to_error()
+    pair.run()
+    assert pair.b.host.memory.read(pair.bufb, 4) == bytes(4)
+    [cqe] = pair.cqa.poll()
+    assert (cqe.wr_id, cqe.status) == (3, WcStatus.WR_FLUSH_ERR)

@@ -55,6 +55,23 @@ def test_fault_changes_no_result(profile: str, fault: str, event: str | None,
         assert res.events.get(event, 0) > 0, res.events
 
 
+def test_chain_faults_reach_every_queue_of_chains_v2() -> None:
+    """The chain faults (fetch stalls, the delayed WR) act on every queue of a
+    connection's chains: with chains v2 those of each credit slot (master, workers,
+    lanes, sub-masters, advancers). They were installed on the roles' queues only, so a
+    v2 campaign's ``delay`` (before an allocation's slot Read, on its lane) never fired
+    and its stalls reached the connection QP alone."""
+    res = run_campaign(Spec(seed=1, profile="ideal-be", ops=48, phases=2, mix="fill",
+                            faults=parse_faults("delay,stall"), chains="v2"))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+    assert res.events.get("chain_delays", 0) == 1, res.events
+    server = res.server
+    hooked = [name for conn in server.connections.values()  # type: ignore[union-attr]
+              for name, qp in server.chain_server(conn).queues().items()  # type: ignore[union-attr]
+              if qp.fault_hook is not None]
+    assert any(name.startswith("worker@") and "#" in name for name in hooked), hooked
+
+
 @pytest.mark.parametrize("profile", ["ideal-be", "cx5"])
 def test_drop_during_a_chain_allocation(profile: str) -> None:
     """O5 (fixed): the connection fails the moment the chain's FetchAdd on Head lands. The

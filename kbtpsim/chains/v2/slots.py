@@ -109,8 +109,13 @@ class SlotQueues(ChainServer):
         #: common ones, the variant's, the connection WRs up to its last one (the rest
         #: run after the gate: :meth:`_full_cqes`)
         self._finish_cqes: dict[str | None, int] = {None: common}
+        #: the connection WRs' templates by position in its ring, and the position of
+        #: each variant's last one (those after it are not among its finishing CQEs)
+        self._conn_pos = {self.templates.index(w): i for i, w in enumerate(ring)}
+        self._last_conn: dict[str | None, int] = {None: -1}
         for v in self.sub_wrs:
             last = max(i for i, w in enumerate(ring) if w.part == v)
+            self._last_conn[v] = last
             self._finish_cqes[v] = (common + self.variant_round_cqes[v]
                                     + sum(1 for w in ring[:last + 1] if w.signaled))
         self._common_cqes = common + sum(1 for w in ring if w.signaled)
@@ -133,6 +138,23 @@ class SlotQueues(ChainServer):
         if self.failed_at is not None:  # flushed WQEs of untaken variants complete with
             return 1 << 62  # errors too: unfinished() reports the credits once drained
         return self._finish_cqes[self.dispatched_variant(cr)]
+
+    def _note_cqe(self, cr: _Credit, template: int) -> None:
+        pos = self._conn_pos.get(template) if self.dispatch_conds else None
+        if pos is not None:
+            cr.conn_seen.append(pos)
+
+    def _after_finish(self, cr: _Credit) -> int:
+        """The CQEs of connection WRs past the dispatched variant's last one: the other
+        variants' (untaken) connection WRs, which the gate's ENABLE runs after the early
+        release. A stalled lane can complete later than they do (the variant's commit
+        Write, found by a campaign with fetch stalls on every queue), so counting them
+        finished the credit before its commit was seen: the CPU served a LOAD the NIC
+        had served, and its second COMPLETION overtook the next request's."""
+        if not cr.conn_seen or self.failed_at is not None:
+            return 0
+        last = self._last_conn[self.dispatched_variant(cr)]  # type: ignore[index]
+        return sum(1 for p in cr.conn_seen if p > last)
 
     def _full_count(self, cr: _Credit) -> int:
         if not self.dispatch_conds:

@@ -230,3 +230,24 @@ def test_a_reader_count_a_failed_connection_leaves_raised_is_safe() -> None:
     server = seen["server"]
     assert server.served["FREE"] == {"nic": 0, "cpu": 1}  # type: ignore[attr-defined]
     assert 0x100 in server.cut_loads  # type: ignore[attr-defined]
+
+
+def test_a_failure_between_a_nic_free_s_two_slot_writes_completes_the_return() -> None:
+    """Found by a 400-request campaign (seed 4, churn, every fault, FREE on the NIC): A's
+    FREE wrote its Tail ticket's slot's Block Offset and the connection failed before the
+    Sequence. The salvage read the slot as the old round's, not consumed, and deferred the
+    return for ever: the allocation of that ticket never completed (here A's second
+    ALLOC_STORE after reconnecting got NO_SPACE). The salvage now puts the consumed marker
+    back and the target writes the slot."""
+    from kbtpsim.oracle.drops import run_drop_during_free_return
+
+    seen: dict[str, object] = {}
+    divs = run_drop_during_free_return(observe=seen)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    server = seen["server"]
+    assert server.salvaged == {"free": 1}  # type: ignore[attr-defined]
+    assert server.served["FREE"] == {"nic": 0, "cpu": 1}  # type: ignore[attr-defined]
+    slot = server.layout.rings[0].slot_addr(0)  # type: ignore[attr-defined]
+    # Ticket 2's allocation consumed the returned slot
+    assert server.nic.host.memory.read(slot, 16) == \
+        (2).to_bytes(4, "big") + bytes(4) + b"\xff" * 8  # type: ignore[attr-defined]

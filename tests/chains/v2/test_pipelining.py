@@ -70,3 +70,33 @@ def test_one_recycler_bounds_the_pipeline() -> None:
     """``target.chain_recyclers: 1``: the slots' recycle segments run one at a time on
     the connection's one recycler, which then bounds the window-8 throughput."""
     assert _loads(8, True, recyclers=1) / _loads(1, True, recyclers=1) < 1.2
+
+
+def test_a_late_commit_is_waited_for_before_the_cpu_judges_the_credit() -> None:
+    """Found by a campaign once its fetch stalls reached every slot queue: a LOAD
+    released the gate early, the gate's ENABLE ran the other variants' (untaken)
+    connection WRs, and their CQEs arrived before the LOAD's commit Write's, held on its
+    stalled lane. The CPU counted CQEs, not which ones, so it judged the credit ended
+    and not served: it served the LOAD again, and the second COMPLETION overtook the
+    next request's. The CPU now waits for the CQEs that finish the dispatched variant
+    (here the commit, held 20 us by a chain delay)."""
+    from kbtpsim.oracle.campaign import Spec
+    from kbtpsim.oracle.faults import DelayChain, Faults
+    from kbtpsim.oracle.interleaving import X_HANDLE, _owner_and_loader, _run_scripted
+
+    faults = Faults(delay=DelayChain("B", "load", "commit_load", 20_000.0))
+    spec = Spec(seed=1, profile="ideal-be", ops=0, faults=faults, chains="v2")
+    run, a, b = _owner_and_loader(spec, None, 2, 512)
+    env, server = run.env, run.server
+
+    def scenario():  # type: ignore[no-untyped-def]
+        yield env.all_of([a.connect(server), b.connect(server)])
+        run.new_connections()
+        run.keep(a, (yield a.alloc_store(X_HANDLE, b"1" * 512, seal=True)))
+        for _ in range(2):  # the first one's commit is held
+            run.keep(b, (yield b.load(X_HANDLE, invalidate=False)))
+
+    divs = _run_scripted(run, scenario())
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    assert run.fault_counts.get("chain_delays") == 1, run.fault_counts
+    assert server.served["LOAD"] == {"nic": 2, "cpu": 0}
