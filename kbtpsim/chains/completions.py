@@ -50,6 +50,9 @@ class Finished:
     #: ALLOC_STORE: when its Generation add landed in the table (the entry VALID: what
     #: other connections' LOADs observe), else None
     bound: int | None = None
+    #: when the table-entry Read that the LOADs' tests use sampled the entry (its
+    #: ``Cqe.sampled``), if its CQE came: a LOAD's linearisation point
+    entry_read: int | None = None
 
     @property
     def needs_cpu(self) -> bool:
@@ -233,7 +236,8 @@ class CreditCompletions:
             elif (c.wr_id & 0x3FFF in self.unbinds and c.opcode is WcOpcode.MASKED_FETCH_ADD
                   and c.status is WcStatus.SUCCESS):  # it ran (not skipped by its test):
                 cr.unbound_time = c.time if c.sampled is None else c.sampled  # entry written
-            elif c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ:
+            elif (c.wr_id & 0x3FFF in self.entry_reads and c.opcode is WcOpcode.RDMA_READ
+                  and c.status is WcStatus.SUCCESS):  # a flushed Read read nothing
                 cr.entry_read_time = c.time if c.sampled is None else c.sampled
             elif c.wr_id & 0x3FFF in self.entry_writes and c.status is WcStatus.SUCCESS:
                 cr.entry_write_time = c.time
@@ -290,9 +294,12 @@ class CreditCompletions:
         if unbound is None and self.failed_at is not None and "fr_old" in cr.bufs and \
                 self.nic.host.memory.read(cr.bufs["fr_old"], 8) != b"\xff" * 8:
             unbound = self.failed_at  # it ran; its CQE was lost with the connection
+        ticket_time = cr.ticket_time
+        if taken and ticket_time is None:  # it ran; its CQE was lost with the connection
+            ticket_time = self.failed_at
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
                         self._effect_time(cr), read, unbound,
-                        cr.ticket_time if taken else None, cr.bound_time)
+                        ticket_time if taken else None, cr.bound_time, cr.entry_read_time)
 
     def arrived(self) -> int | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)

@@ -223,9 +223,14 @@ class ObservedServer(OffloadedTargetServer):
                         self._finish_time(cs, info, k.get("slot"), f), "read_slot",
                         conn=conn_id, via="nic", variant=served, credit=f.credit)
             else:
-                rec.add(self._finish_time(cs, info, k.get("point"), f), "handle",
-                        conn=conn_id, data=f.request, via="nic", variant=served,
-                        credit=f.credit)
+                point = self._finish_time(cs, info, k.get("point"), f)
+                if VARIANTS[served].op == "LOAD" and f.entry_read is not None:
+                    # the instant its entry Read sampled the entry (the Read's
+                    # ``Cqe.sampled``), not the Read's finish some hundred ns later: a
+                    # FREE in between does not change what the LOAD delivers
+                    point = f.entry_read
+                rec.add(point, "handle", conn=conn_id, data=f.request, via="nic",
+                        variant=served, credit=f.credit)
         elif f.ticket is not None:  # handed over with its ticket: the CPU reads the slot
             fa = next((k["ticket"] for k in keys.values() if "ticket" in k), None)
             rec.add(self._finish_time(cs, info, fa, f), "handle", conn=conn_id,

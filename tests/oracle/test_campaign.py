@@ -8,6 +8,7 @@ import pytest
 from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
 from kbtpsim.oracle.cli import default_profiles
 from kbtpsim.oracle.events import Event, linearise
+from kbtpsim.oracle.faults import parse_faults
 
 
 @pytest.mark.parametrize("profile", default_profiles())
@@ -75,3 +76,53 @@ def test_pipelined_requests_of_one_connection_agree(profile: str, ops: int) -> N
                             mix="pipeline", chains="v2"))
     assert res.ok, (res.spec.replay(), [d.as_dict() for d in res.divergences[:3]])
     assert res.nic_served > 0
+
+
+def test_a_chain_load_is_applied_when_its_entry_read_sampled_the_entry() -> None:
+    """A NIC-served LOAD is applied to the shadow at the instant its entry Read read the
+    table (``Finished.entry_read``: the Read's ``Cqe.sampled``), not when the Read
+    finished some hundred ns later. A FREE handled by the CPU in between was ordered
+    first, and the shadow expected NOT_VALID from a LOAD that had read the entry VALID
+    (found by the long campaign below once faults reached chains v2's lanes)."""
+    from kbtpsim.oracle.interleaving import X_HANDLE, _owner_and_loader, _run_scripted
+
+    spec = Spec(seed=1, profile="ideal-be", ops=0, chains="v2")
+    run, a, b = _owner_and_loader(spec, None, 2, 512)
+    env, server = run.env, run.server
+    recorded: list[tuple[int, str | None]] = []
+    add = server.recorder.add
+
+    def spy(time: int, kind: str, **kw):  # type: ignore[no-untyped-def]
+        if kind == "handle" and kw.get("via") == "nic":
+            recorded.append((int(time), kw.get("variant")))
+        return add(time, kind, **kw)
+
+    server.recorder.add = spy  # type: ignore[method-assign]
+
+    def scenario():  # type: ignore[no-untyped-def]
+        yield env.all_of([a.connect(server), b.connect(server)])
+        run.new_connections()
+        run.keep(a, (yield a.alloc_store(X_HANDLE, b"1" * 512, seal=True)))
+        run.keep(b, (yield b.load(X_HANDLE, invalidate=False)))
+
+    assert _run_scripted(run, scenario()) == []
+    [info] = [i for infos in server.credits.values() for i in infos
+              if i.finished.served == "load"]
+    load_at = [t for t, v in recorded if v == "load"]
+    read_finished = server.timeline(info.conn, info.finished.credit)
+    finish = next(r["finished"] for r in read_finished if r["wr"] == "load_read")
+    assert load_at == [info.finished.entry_read] == [info.finished.nic_time]
+    assert info.finished.entry_read < finish  # sampled at the responder, then returned
+
+
+@pytest.mark.parametrize("mix,seed", [("race", 6), ("pipeline", 5)])
+def test_long_campaigns_with_every_fault_and_free_on_the_nic(mix: str, seed: int) -> None:
+    """Regressions of two long campaigns (400 requests, every chain fault reaching every
+    queue, FREE on the NIC): ``race`` seed 6 diverged on the LOAD's linearisation point
+    (above); ``pipeline`` seed 5 crashed: a FREE whose Tail FetchAdd ran but whose CQE
+    was lost with its connection had no ticket time (it now takes the failure's, as its
+    unbind does)."""
+    res = run_campaign(Spec(seed=seed, profile="ideal-be", addr_le=False, ops=400,
+                            mix=mix, phases=4, chains="v2", free_on_nic=True,
+                            faults=parse_faults("delay,stall,reorder,slot,drop")))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
