@@ -18,6 +18,7 @@ Typical use::
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import simpy
@@ -64,6 +65,10 @@ class Nic:
         self.fast = False
         self.fast_bursts = 0  #: bursts the fast transmitter booked
         self.fast_contended = 0  #: of which found the transmit unit busy (another QP)
+        #: fault injection (kbtpsim.oracle.faults, ``cqe``): extra ps before a CQE of a
+        #: CQ is generated; CQEs stay in order on each CQ
+        self.cqe_hook: Callable[[CompletionQueue], int] | None = None
+        self._cqe_last: dict[int, int] = {}
         cyc = p.cycle_ps
         self.doorbell_ps = round(p.doorbell_cycles * cyc)
         self.fetch_ps = round(p.fetch_cycles * cyc)
@@ -159,6 +164,9 @@ class Nic:
         """Generate a CQE (completion unit, then a 64-octet DMA write). It counts for WAIT
         when its write is issued and is visible to a polling CPU one PCIe latency later."""
         t1 = self.cqe_unit.reserve(self.cqe_ps, label, earliest)
+        if self.cqe_hook is not None:  # a fault: generated late, in order on its CQ
+            t1 = max(t1 + self.cqe_hook(cq), self._cqe_last.get(cq.cqn, 0))
+            self._cqe_last[cq.cqn] = t1
         visible = self.pcie.write_visible(0, 64, label, t1)
         cqe = make_cqe(time=visible, **fields)
         ev = self.env.timeout(visible - self.pcie.lat_ps - self.env.now)

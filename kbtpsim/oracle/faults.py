@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from kbtpsim.oracle.node import ObservedServer
     from kbtpsim.system.server import ServerConnection
 
-FAULT_NAMES = ("delay", "stall", "reorder", "reorder-target", "slot", "drop", "rogue")
+FAULT_NAMES = ("delay", "stall", "cqe", "reorder", "reorder-target", "slot", "drop", "rogue")
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,16 @@ class Faults:
     slot_ns: float = 0.0
     drop_p: float = 0.0
     rogue: bool = False
+    #: each CQE of the target's NIC is generated late with this probability, by up to
+    #: ``cqe_ns`` (in order on its CQ: a busy completion engine)
+    cqe_p: float = 0.0
+    cqe_ns: float = 2000.0
 
     @property
     def names(self) -> list[str]:
         out = []
         for name, on in (("delay", self.delay is not None), ("stall", self.stall_p > 0),
+                         ("cqe", self.cqe_p > 0),
                          ("reorder", self.reorder_ns > 0 and not self.reorder_target),
                          ("reorder-target", self.reorder_target), ("slot", self.slot_ns > 0),
                          ("drop", self.drop_p > 0), ("rogue", self.rogue)):
@@ -91,6 +96,8 @@ def parse_faults(text: str) -> Faults:
     for name in filter(None, (t.strip() for t in text.split(","))):
         if name == "stall":
             f = replace(f, stall_p=0.05)
+        elif name == "cqe":
+            f = replace(f, cqe_p=0.05)
         elif name == "reorder":
             f = replace(f, reorder_ns=500.0)
         elif name == "reorder-target":
@@ -151,6 +158,16 @@ def install(server: ObservedServer, faults: Faults, seed: int,
             env.timeout(delay).callbacks.append(land)
 
         server.slot_write_hook = in_flight
+    if faults.cqe_p > 0:
+        cqe_ps = round(faults.cqe_ns * 1000)
+
+        def late_cqe(_cq: object) -> int:
+            if rng.random() < faults.cqe_p:
+                count("cqe_delays")
+                return rng.randrange(1, cqe_ps + 1)
+            return 0
+
+        server.nic.cqe_hook = late_cqe
     seen: dict[str, int] = {}
 
     def per_connection(conn: ServerConnection) -> None:

@@ -396,3 +396,19 @@ def test_a_wr_held_before_it_executes_is_flushed_if_its_qp_fails_meanwhile(
     assert pair.b.host.memory.read(pair.bufb, 4) == bytes(4)
     [cqe] = pair.cqa.poll()
     assert (cqe.wr_id, cqe.status) == (3, WcStatus.WR_FLUSH_ERR)
+
+
+def test_a_late_cqe_fault_keeps_each_cq_in_order(pair: Pair) -> None:
+    """The ``cqe`` fault (kbtpsim.oracle.faults) generates a CQE late; a later CQE of the
+    same CQ is not generated before it (a completion engine writes a CQ in order)."""
+    delays = iter([2_000_000, 0])  # the first CQE 2 us late, the second on time
+    pair.a.cqe_hook = lambda _cq: next(delays)
+    for wr_id in (1, 2):
+        pair.qa.post_send(WorkRequest(Opcode.RDMA_WRITE, flags=S, remote_addr=pair.bufb,
+                                      rkey=pair.mrb.rkey, inline_data=b"x", wr_id=wr_id))
+    pair.qa.ring_doorbell()
+    pair.run()
+    cqes = pair.cqa.poll()
+    assert [c.wr_id for c in cqes] == [1, 2]
+    assert cqes[0].time <= cqes[1].time
+    assert cqes[1].time - cqes[0].time < 2_000_000  # the second waited for the first

@@ -38,7 +38,8 @@ def test_draft_interleaving_example_on_the_nic() -> None:
 
 
 @pytest.mark.parametrize(("profile", "fault", "event", "seed"), [
-    ("ideal-be", "stall", "fetch_stalls", 4), ("ideal-be", "reorder", None, 4),
+    ("ideal-be", "stall", "fetch_stalls", 4), ("ideal-be", "cqe", "cqe_delays", 4),
+    ("ideal-be", "reorder", None, 4),
     ("ideal-be", "slot", "slot_writes_delayed", 4), ("ideal-be", "rogue", "abandoned", 4),
     ("cx5-upstream", "drop", "dropped", 1), ("cx5", "drop", "salvaged", 1),
     ("ideal-be", "drop", "salvaged", 9),
