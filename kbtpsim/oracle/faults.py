@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from kbtpsim.oracle.node import ObservedServer
     from kbtpsim.system.server import ServerConnection
 
-FAULT_NAMES = ("delay", "stall", "cqe", "reorder", "reorder-target", "slot", "drop", "rogue")
+FAULT_NAMES = ("delay", "stall", "hold", "cqe", "reorder", "reorder-target", "slot", "drop",
+               "rogue")
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,16 @@ class Faults:
     #: ``cqe_ns`` (in order on its CQ: a busy completion engine)
     cqe_p: float = 0.0
     cqe_ns: float = 2000.0
+    #: each WR of the target's chain queues, once fetched, is held before it executes
+    #: with this probability, by up to ``hold_ns`` (a slow processing unit)
+    hold_p: float = 0.0
+    hold_ns: float = 2000.0
 
     @property
     def names(self) -> list[str]:
         out = []
         for name, on in (("delay", self.delay is not None), ("stall", self.stall_p > 0),
-                         ("cqe", self.cqe_p > 0),
+                         ("hold", self.hold_p > 0), ("cqe", self.cqe_p > 0),
                          ("reorder", self.reorder_ns > 0 and not self.reorder_target),
                          ("reorder-target", self.reorder_target), ("slot", self.slot_ns > 0),
                          ("drop", self.drop_p > 0), ("rogue", self.rogue)):
@@ -96,6 +101,8 @@ def parse_faults(text: str) -> Faults:
     for name in filter(None, (t.strip() for t in text.split(","))):
         if name == "stall":
             f = replace(f, stall_p=0.05)
+        elif name == "hold":
+            f = replace(f, hold_p=0.02)
         elif name == "cqe":
             f = replace(f, cqe_p=0.05)
         elif name == "reorder":
@@ -177,9 +184,11 @@ def install(server: ObservedServer, faults: Faults, seed: int,
         name = conn.name
         d = faults.delay
         stall_ps = round(faults.stall_ns * 1000)
+        hold_ps = round(faults.hold_ns * 1000)
         # every queue of the connection's chains: with chains v2 those of each credit
-        # slot (master, workers, lanes, sub-masters, advancers), not only the roles'
-        for qp in cs.queues().values():
+        # slot (master, workers, lanes, sub-masters, advancers), not only the roles',
+        # and the recyclers that re-arm the slots
+        for qp in [*cs.queues().values(), *getattr(cs, "recyclers", ())]:
             done: set[tuple[str, int]] = set()
 
             def hook(phase: str, index: int, qp=qp, done=done) -> int:  # type: ignore[no-untyped-def]
@@ -199,6 +208,9 @@ def install(server: ObservedServer, faults: Faults, seed: int,
                             if k == d.nth:
                                 count("chain_delays")
                                 return round(d.delay_ns * 1000)
+                if phase == "exec" and faults.hold_p > 0 and rng.random() < faults.hold_p:
+                    count("wr_holds")
+                    return rng.randrange(1, hold_ps + 1)
                 return 0
 
             qp.fault_hook = hook

@@ -39,6 +39,7 @@ def test_draft_interleaving_example_on_the_nic() -> None:
 
 @pytest.mark.parametrize(("profile", "fault", "event", "seed"), [
     ("ideal-be", "stall", "fetch_stalls", 4), ("ideal-be", "cqe", "cqe_delays", 4),
+    ("ideal-be", "hold", "wr_holds", 4),
     ("ideal-be", "reorder", None, 4),
     ("ideal-be", "slot", "slot_writes_delayed", 4), ("ideal-be", "rogue", "abandoned", 4),
     ("cx5-upstream", "drop", "dropped", 1), ("cx5", "drop", "salvaged", 1),
@@ -57,9 +58,10 @@ def test_fault_changes_no_result(profile: str, fault: str, event: str | None,
 
 
 def test_chain_faults_reach_every_queue_of_chains_v2() -> None:
-    """The chain faults (fetch stalls, the delayed WR) act on every queue of a
+    """The chain faults (fetch stalls, holds, the delayed WR) act on every queue of a
     connection's chains: with chains v2 those of each credit slot (master, workers,
-    lanes, sub-masters, advancers). They were installed on the roles' queues only, so a
+    lanes, sub-masters, advancers) and the recyclers. They were installed on the roles'
+    queues only, so a
     v2 campaign's ``delay`` (before an allocation's slot Read, on its lane) never fired
     and its stalls reached the connection QP alone."""
     res = run_campaign(Spec(seed=1, profile="ideal-be", ops=48, phases=2, mix="fill",
@@ -67,6 +69,9 @@ def test_chain_faults_reach_every_queue_of_chains_v2() -> None:
     assert res.ok, [d.as_dict() for d in res.divergences[:3]]
     assert res.events.get("chain_delays", 0) == 1, res.events
     server = res.server
+    recyclers = [qp for conn in server.connections.values()  # type: ignore[union-attr]
+                 for qp in server.chain_server(conn).recyclers]  # type: ignore[union-attr]
+    assert recyclers and all(qp.fault_hook is not None for qp in recyclers)
     hooked = [name for conn in server.connections.values()  # type: ignore[union-attr]
               for name, qp in server.chain_server(conn).queues().items()  # type: ignore[union-attr]
               if qp.fault_hook is not None]
