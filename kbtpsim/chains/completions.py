@@ -274,9 +274,12 @@ class CreditCompletions:
                                            or cr.commit_time >= self.failed_at):
             # committed after the failure: once the connection QP flushed, its CQEs
             # satisfy the steps' WAIT counts early and the chain's order is lost. Unless
-            # its COMPLETION went out before: all it did before that ran in order
+            # its COMPLETION went out: all it did before that ran in order. A Send that
+            # completed with success was acknowledged, so it ran before the connection
+            # QP failed (after, it is flushed), whenever its CQE came: a CQE can be
+            # generated after the first error CQE of another CQ (the ``cqe`` fault)
             served = None
-            if cr.sent is not None and cr.sent[1] < self.failed_at:
+            if cr.sent is not None:
                 served = cr.sent[0]
         taken = cr.ticket_taken or (self.failed_at is not None and "fa" in cr.bufs and
                                     self.nic.host.memory.read(cr.bufs["fa"], 8)

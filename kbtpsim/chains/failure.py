@@ -47,9 +47,12 @@ class ChainFailure:
         """Every work request posted on the connection's QPs has completed (with success
         or flushed) and every memory write the NIC issued for them (a responder's
         placement or atomic result, a Read response) is visible: nothing of the chains
-        writes memory any more."""
-        return all(qp.retired >= qp.post_index for qp in self.queues().values()) \
-            and self.responders_idle()
+        writes memory any more, and their CQEs have been generated (a completion
+        engine can write a CQE after the WR has retired: the ``cqe`` fault)."""
+        queues = self.queues().values()
+        return all(qp.retired >= qp.post_index for qp in queues) \
+            and all(qp.send_cq.incoming == 0 and qp.recv_cq.incoming == 0
+                    for qp in queues) and self.responders_idle()
 
     def responders_idle(self, others: tuple[QueuePair, ...] = ()) -> bool:
         """No packet of the connection's QPs (and ``others``) waits or is being handled,

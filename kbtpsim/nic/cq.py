@@ -136,7 +136,7 @@ class CompletionQueue:
     where its CQEs are written in memory (``depth`` x 64 octets)."""
 
     __slots__ = ("_entries", "_hold", "_waiters", "buffer_addr", "count", "cqn", "depth", "env",
-                 "hooks", "ignore_overrun", "overwritten", "pending")
+                 "hooks", "ignore_overrun", "incoming", "overwritten", "pending")
 
     def __init__(self, env: simpy.Environment, cqn: int, depth: int,
                  buffer_addr: int | None = None, ignore_overrun: bool = False) -> None:
@@ -149,6 +149,8 @@ class CompletionQueue:
         self.depth = depth
         self.buffer_addr = buffer_addr
         self.count = 0  #: CQEs generated so far (absolute, as WAIT counts)
+        #: CQEs the NIC has decided to write and not generated yet (completion unit)
+        self.incoming = 0
         self._entries: deque[Cqe] = deque()
         #: the CQEs generated and not polled yet, oldest first (read-only: a cheap test of
         #: whether a poll can find anything, without a call of ``len``)

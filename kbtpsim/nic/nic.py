@@ -170,15 +170,22 @@ class Nic:
         visible = self.pcie.write_visible(0, 64, label, t1)
         cqe = make_cqe(time=visible, **fields)
         ev = self.env.timeout(visible - self.pcie.lat_ps - self.env.now)
+        cq.incoming += 1
         if cq.buffer_addr is None:
-            ev.callbacks.append(lambda _e: cq.push(cqe))
+            ev.callbacks.append(lambda _e: self._push(cq, cqe))
         else:
             ev.callbacks.append(lambda _e: self._push_stored(cq, cqe, visible))
+
+    @staticmethod
+    def _push(cq: CompletionQueue, cqe: Cqe) -> None:
+        cq.incoming -= 1
+        cq.push(cqe)
 
     def _push_stored(self, cq: CompletionQueue, cqe: Cqe, visible: int) -> None:
         """Count ``cqe`` on ``cq`` now (its write is issued) and store its 64 octets in the
         CQ buffer when the write lands."""
         index = cq.count
+        cq.incoming -= 1
         cq.push(cqe)
         addr = cq.slot_addr(index)
         raw = encode_cqe(cqe, index, cq.depth)

@@ -83,7 +83,7 @@ def test_a_chain_load_is_applied_when_its_entry_read_sampled_the_entry() -> None
     table (``Finished.entry_read``: the Read's ``Cqe.sampled``), not when the Read
     finished some hundred ns later. A FREE handled by the CPU in between was ordered
     first, and the shadow expected NOT_VALID from a LOAD that had read the entry VALID
-    (found by the long campaign below once faults reached chains v2's lanes)."""
+    (found by the long campaigns below once faults reached chains v2's lanes)."""
     from kbtpsim.oracle.interleaving import X_HANDLE, _owner_and_loader, _run_scripted
 
     spec = Spec(seed=1, profile="ideal-be", ops=0, chains="v2")
@@ -115,14 +115,22 @@ def test_a_chain_load_is_applied_when_its_entry_read_sampled_the_entry() -> None
     assert info.finished.entry_read < finish  # sampled at the responder, then returned
 
 
-@pytest.mark.parametrize("mix,seed", [("race", 6), ("pipeline", 5)])
-def test_long_campaigns_with_every_fault_and_free_on_the_nic(mix: str, seed: int) -> None:
-    """Regressions of two long campaigns (400 requests, every chain fault reaching every
-    queue, FREE on the NIC): ``race`` seed 6 diverged on the LOAD's linearisation point
+@pytest.mark.parametrize("mix,seed,faults,free_on_nic", [
+    ("race", 6, "delay,stall,reorder,slot,drop", True),
+    ("pipeline", 5, "delay,stall,reorder,slot,drop", True),
+    ("race", 1, "hold,cqe,delay,stall,reorder,slot,drop", False)])
+def test_long_campaigns_with_every_fault(mix: str, seed: int, faults: str,
+                                         free_on_nic: bool) -> None:
+    """Regressions of three long campaigns (400 requests, every chain fault reaching every
+    queue): ``race`` seed 6 (FREE on the NIC) diverged on the LOAD's linearisation point
     (above); ``pipeline`` seed 5 crashed: a FREE whose Tail FetchAdd ran but whose CQE
     was lost with its connection had no ticket time (it now takes the failure's, as its
-    unbind does)."""
+    unbind does); ``race`` seed 1 with late CQEs: a LOAD's COMPLETION Send succeeded
+    before its connection failed but its CQE came after another CQ's first error CQE, so
+    the target counted the LOAD unserved and the shadow never sent the COMPLETION the
+    initiator had (a successful Send now counts whenever its CQE comes, and the server
+    waits for the CQEs still to be generated before it takes stock)."""
     res = run_campaign(Spec(seed=seed, profile="ideal-be", addr_le=False, ops=400,
-                            mix=mix, phases=4, chains="v2", free_on_nic=True,
-                            faults=parse_faults("delay,stall,reorder,slot,drop")))
+                            mix=mix, phases=4, chains="v2", free_on_nic=free_on_nic,
+                            faults=parse_faults(faults)))
     assert res.ok, [d.as_dict() for d in res.divergences[:3]]
