@@ -178,9 +178,6 @@ def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
-__all__ = ["run_drop_after_store_read", "run_drop_during_alloc_read",
-           "run_drop_during_allocation", "run_drop_during_load"]
-
 
 def run_drop_during_free_return(profile: str = "ideal-be", seed: int = 1,
                                 observe: dict[str, Any] | None = None) -> list[Divergence]:
@@ -218,3 +215,7 @@ def run_drop_during_free_return(profile: str = "ideal-be", seed: int = 1,
             observe["server"] = server
 
     return _run_scripted(run, scenario())
+
+
+__all__ = ["run_drop_after_store_read", "run_drop_during_alloc_read",
+           "run_drop_during_allocation", "run_drop_during_free_return", "run_drop_during_load"]
