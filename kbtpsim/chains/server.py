@@ -89,7 +89,7 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
-                 chain_recyclers: int = 2, free_on_nic: bool = False,
+                 chain_recyclers: int = 3, free_on_nic: bool = False,
                  **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         #: FREE on the NIC (decision C20): the FREE chain, the LOADs' reader counts, and

@@ -23,7 +23,7 @@ def _target(*overrides: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("profile", "design", "batch"), [
-    ("ideal-be", "v2", 8), ("cx5", "v2", 8), ("ideal", "v1", 1),
+    ("ideal-be", "v2", 32), ("cx5", "v2", 32), ("ideal", "v1", 1),
     ("cx5-upstream", "v1", 1), ("irdma", "v1", 1),
 ])
 def test_the_default_follows_the_profile(profile: str, design: str, batch: int) -> None:

@@ -107,8 +107,9 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
     #: (loopback atomics, a few microseconds), which holds its recycler; with one, a
     #: connection's credits cannot be re-armed faster than one segment at a time,
     #: whatever the window; with two, twice as fast, at the price of more NIC work at
-    #: once (scenario key ``target.chain_recyclers``, decision C16)
-    RECYCLERS = 2
+    #: once (scenario key ``target.chain_recyclers``, decision C16); three since
+    #: decision C22, with grants per 32 credits so that they cost no more doorbells
+    RECYCLERS = 3
 
     def __init__(self, nic: Nic, chain: Chain, layout: ChainLayout, credits: int,
                  table_key: MemoryRegion | None, pool_key: MemoryRegion,

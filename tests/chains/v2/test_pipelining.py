@@ -36,15 +36,14 @@ def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
 
 
 def test_credit_slots_alternate_between_recyclers() -> None:
-    assert RecyclingChainServer.RECYCLERS == 2  # the default (target.chain_recyclers)
+    assert RecyclingChainServer.RECYCLERS == 3  # the default (target.chain_recyclers, C22)
     s = Harness("ideal-be", False, credits=4, chains="v2").server
-    assert len(s.recyclers) == 2
-    assert [s._slots[i].recycler for i in range(4)] == [0, 1, 0, 1]
-    assert [s._slots[i].rec_base for i in range(4)] == [0, 0, s.recycle_wrs,
-                                                        s.recycle_wrs]
+    assert len(s.recyclers) == 3
+    assert [s._slots[i].recycler for i in range(4)] == [0, 1, 2, 0]
+    assert [s._slots[i].rec_base for i in range(4)] == [0, 0, 0, s.recycle_wrs]
 
 
-def _loads(window: int, seal: bool, recyclers: int = 2) -> float:
+def _loads(window: int, seal: bool, recyclers: int = 3) -> float:
     """LOAD-only throughput of one connection (ideal-be), in LOADs per second."""
     sc = load_scenario(REPO / "scenarios" / "eval-cx5-load-heavy.yaml", [
         "target.nic.profile=ideal-be", "initiators[0].nic.profile=ideal-be",
@@ -57,12 +56,14 @@ def _loads(window: int, seal: bool, recyclers: int = 2) -> float:
 
 
 def test_sealed_loads_of_one_connection_overlap() -> None:
-    """Simulated throughput (deterministic), two recyclers (the default): at window 8 the
-    sealed LOADs of one connection overlap; LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they
-    hold the gate to their COMPLETION, so a wider window gains them little."""
+    """Simulated throughput (deterministic), three recyclers and grants per 32 credits
+    (the defaults, decision C22): at window 8 the sealed LOADs of one connection overlap;
+    LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they hold the gate to their
+    COMPLETION, so a wider window gains them little."""
     sealed = _loads(8, True) / _loads(1, True)
     unsealed = _loads(8, False) / _loads(1, False)
-    assert sealed > 1.2, sealed  # 1.24 (C21's LOAD; the recyclers bound window 8)
+    assert sealed > 1.6, sealed  # 1.73 at 160 LOADs (1.32 with two recyclers)
+    assert _loads(8, True, recyclers=2) / _loads(1, True, recyclers=2) < sealed - 0.3
     assert unsealed < 1.0 < sealed - 0.2, (sealed, unsealed)
 
 
