@@ -61,7 +61,7 @@ class CpuSpec(Strict):
         None, ge=1, le=65535, description="Offload mode: re-post (chains v1) or grant the "
         "NIC's re-arming of (v2) finished chains once at least this many have finished "
         "(one doorbell or ENABLE per batch; clamped to the credits; default: 32 with chains "
-        "v2, 1 with v1; decision C22).")
+        "v2, or twice `request_credits` if fewer, 1 with v1; decision C22).")
     repost_wqe: Time | None = Field(
         None, description="Offload mode: CPU time to re-post one WQE of a consumed chain "
         "(default: the NIC profile's `cpu_post_ns`, building a WQE through the verbs API; "
@@ -251,8 +251,10 @@ def chain_design(tgt: TargetSpec) -> str:
 
 
 def refill_batch(tgt: TargetSpec) -> int:
-    """``target.cpu.refill_batch`` if given, else 32 with chains v2 (grants per 32
-    credits: decision C22; 8 before) and 1 with v1 (decision C14)."""
+    """``target.cpu.refill_batch`` if given, else with chains v2 32 or twice the request
+    credits if fewer (grants per 32 credits: decision C22; 8 before), and 1 with v1
+    (decision C14). The offloaded server posts ``request_credits + refill_batch`` credit
+    slots per connection, so the default at most triples them."""
     if tgt.cpu.refill_batch is not None:
         return tgt.cpu.refill_batch
-    return 32 if chain_design(tgt) == "v2" else 1
+    return min(32, 2 * tgt.request_credits) if chain_design(tgt) == "v2" else 1

@@ -78,3 +78,11 @@ def test_one_rule_decides_the_default_everywhere(profile: str) -> None:
     _resolve_design(args, prof)
     assert args.design == expected
     assert (args.note is None) == (expected == "v2")
+
+
+@pytest.mark.parametrize(("credits", "batch"), [(64, 32), (16, 32), (8, 16), (1, 2)])
+def test_the_v2_grant_batch_follows_the_credits(credits: int, batch: int) -> None:
+    """Decision C22: grants per 32 credits, or twice the request credits if fewer (the
+    server posts request credits + batch slots per connection)."""
+    tgt = _target("target.nic.profile=ideal-be", f"target.request_credits={credits}")
+    assert refill_batch(tgt) == batch
