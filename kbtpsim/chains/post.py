@@ -300,14 +300,17 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
             for arm in self.alloc_arms:
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
         # index assignment, then shapes (for field offsets), then the real WRs
-        counters = {q: q.post_index for q in self.queues().values()}
+        counters: dict[QueuePair, int] = {}  # each queue's next index, from its post index
         first_master = next((w.name for w in self.per_credit[Role.MASTER]), None)
         for w in self.templates:
             if w.role is Role.RECV:
                 continue
             q = self._qp_of(w, number)
-            cr.index[w.name] = (q, counters[q])
-            counters[q] += 1
+            at = counters.get(q)
+            if at is None:
+                at = q.post_index
+            cr.index[w.name] = (q, at)
+            counters[q] = at + 1
             if self.cpu_slots and w.name == first_master:
                 counters[q] += self.BARRIER_WRS  # the previous credit's CPU slots (below)
         if not self._shapes:  # a shape depends on its template only (its wr_id is

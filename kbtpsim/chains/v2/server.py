@@ -170,9 +170,12 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         return 0
 
     def _post_credit(self) -> None:
-        queues = self.queues()
-        before = {r: q.post_index for r, q in queues.items()}
         number = self.posted
+        # the queues a credit posts to: its slot's own and the connection's shared ones
+        # (names ending "#<slot>", and those without a slot); the others keep no segment
+        tag = f"#{number}"
+        queues = {r: q for r, q in self.queues().items() if "#" not in r or r.endswith(tag)}
+        before = {r: q.post_index for r, q in queues.items()}
         super()._post_credit()
         cr = self.live[number]
         segs = {r: (before[r], q.post_index) for r, q in queues.items()}
@@ -185,8 +188,8 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         nic, host, mem, k = self.nic, self.nic.host, self.nic.host.memory, self.credits
         qps = self.queues()
         for r, q in qps.items():
-            held = sum(self._slots[s].segments[r][1] - self._slots[s].segments[r][0]
-                       for s in range(k))
+            held = sum(end - first for first, end in
+                       (self._slots[s].segments.get(r, (0, 0)) for s in range(k)))
             if held and q.sq_depth != held:
                 raise RecycleError(f"chains v2: the {r} ring holds {q.sq_depth} WQEs, "
                                    f"not one round of its credits ({held})")

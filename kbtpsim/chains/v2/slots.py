@@ -191,9 +191,15 @@ class SlotQueues(ChainServer):
         return self.masters[self._slot(number)]
 
     def queues(self) -> dict[str, QueuePair]:
+        """Every queue of the connection's chains by name (built once: the slots' queues
+        are all created together; callers only read it)."""
+        cached = getattr(self, "_queues", None)
+        if cached is not None:
+            return cached
         out: dict[str, QueuePair] = {"conn": self.conn}
         if not hasattr(self, "masters"):
             return out
+        self._queues = out
         out["gate"] = self.gate
         for s in range(self.credits):
             out[f"master#{s}"] = self.masters[s]
