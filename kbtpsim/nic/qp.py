@@ -15,10 +15,9 @@ executor a simpy process, the others chains of callbacks on the same events,
 * transmitter: sends the QP's packets in order when their payload DMA completes;
 * completer: retires WRs in order and writes CQEs (signaled WRs and all errors).
 
-What each WR does is in :class:`~kbtpsim.nic.sq_ops.SendOps`; the receive side
-(:class:`~kbtpsim.nic.rx.RxSide`) serves incoming requests and responses. The QP sees its
-NIC through :class:`~kbtpsim.nic.nicview.NicView`, so this module does not import
-:mod:`kbtpsim.nic.nic` (which imports it).
+WRs run in :class:`~kbtpsim.nic.sq_ops.SendOps`; :class:`~kbtpsim.nic.rx.RxSide` serves
+incoming requests and responses. The QP sees its NIC through
+:class:`~kbtpsim.nic.nicview.NicView`: no import of :mod:`kbtpsim.nic.nic` (which imports it).
 The first error completion moves the QP to ``QpState.ERROR``: later WRs complete with
 ``WR_FLUSH_ERR``, and so do posted and future receives.
 """
