@@ -89,7 +89,7 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
                  cpu_slots: int = 4, addr_le: bool | None = None,
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
-                 chain_recyclers: int = 3, free_on_nic: bool = False,
+                 chain_recyclers: int | None = None, free_on_nic: bool = False,
                  **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
         #: FREE on the NIC (decision C20): the FREE chain, the LOADs' reader counts, and
@@ -136,9 +136,9 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
         if refill_batch < 1:
             raise ValueError(f"refill_batch must be >= 1, got {refill_batch!r}")
         self.refill_batch = refill_batch
-        if chain_recyclers < 1:
+        if chain_recyclers is not None and chain_recyclers < 1:
             raise ValueError(f"chain_recyclers must be >= 1, got {chain_recyclers!r}")
-        #: chains v2: recycler QPs per connection (decision C16)
+        #: chains v2: recycler QPs per connection (C16; None: RecyclingChainServer.RECYCLERS)
         self.chain_recyclers = chain_recyclers
         self.cpu_slots = cpu_slots
         self.variants = variants
@@ -247,7 +247,7 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
         if cls is not ChainServer and self.advance_hook is not None:
             extra["advance_hook"] = self.advance_hook
         if cls is not ChainServer and self.chains_version == "v2":
-            extra["recyclers"] = self.chain_recyclers
+            extra["recyclers"] = self.chain_recyclers  # None: the v2 server's default
         if self._readers_key is not None:
             extra["readers"] = self._readers_key
         chains = cls(self.nic, chain, self.chain_layout, credits, self._table_key,
