@@ -18,6 +18,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.lowering import RSTG
 from kbtpsim.chains.steps import StepHelpers
 from kbtpsim.chains.vocab import GO, SEAL, Variant, window8
 from kbtpsim.nic.wqe import Opcode
@@ -46,6 +47,13 @@ class AllocSteps(StepHelpers):
         short = self._cqe_marker()
         st = {k: k - short for k in range(4, 12)}  # the fold .. the Generation add
         st.update({k: k - 2 * short for k in (13, 14, 15)})  # re-read, Send, commit
+        # decision C24: a Read source of several packets lands in staging, then a marker
+        # tests the Read's CQE and a copy moves the data into the block: two steps more
+        # before the entry
+        staged = not v.inline and self.geo.stage_reads
+        if staged:
+            assert short, "staged Reads need native conditions (chains v2)"
+            st.update({k: st[k] + 2 for k in (10, 11, 13, 14, 15)})
         # arm word: the request markers (at most 7; the byte count's in step 3, so the
         # allocation starts in step 5) and, in octet 7, the CPU's quota octet;
         # a second word arm2: [0] the first word complete (fold), [1] entry not VALID,
@@ -129,8 +137,8 @@ class AllocSteps(StepHelpers):
                           "slot Block Offset all ones (consumed)"),
             remote_kind="loopback",
             note="marker: the slot is consumed (Block Offset all ones): not ready"))
-        data_wr = f"{tag}_copy" if v.inline else "ar_read"
-        data_field = "raddr" if v.inline else "sge0.addr"
+        data_wr = f"{tag}_copy" if v.inline or staged else "ar_read"
+        data_field = "raddr" if v.inline or staged else "sge0.addr"
         self.patch(f"{tag}_p_bo", v.name, st[8], [("buf:bo2+4", 8, "slot Block Offset")],
                    f"wqe:{data_wr}.{data_field}", "slot Block Offset", ro,
                    (f"{tag}_read_slot",))
@@ -160,6 +168,26 @@ class AllocSteps(StepHelpers):
                         "rkey": Addr("key:pool")},
                 gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=ready,
                 remote_kind="pool", note="write the data into the block"))
+        elif staged:  # decision C24
+            self.add(WrTemplate(
+                "ar_read", Role.CONN, Opcode.RDMA_READ, v.name, st[9],
+                fields={"raddr": Placed("p_dd_alloc_read", "DD Tagged Offset", ro, "patch"),
+                        "rkey": Placed("p_dd_alloc_read", "DD STag", ro, "patch")},
+                places=(Place(f"buf:{RSTG}", bs, "the initiator's data (staging)"),),
+                cond=ready, remote_kind="initiator",
+                note="RDMA Read of the data into the credit's staging buffer (C24)"))
+            rdok = self.read_ok_marker(v, "ar_read", st[9] + 1, arm2, 4)
+            ready = CondSpec(Read(f"buf:{arm2}", 8, (*ready.word.producers, rdok),
+                                  "second arm word"),
+                             *window8(GO * 5, b"\xff" * 5),
+                             "slot ready for this ticket, the data Read complete")
+            self.add(WrTemplate(
+                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, st[9] + 2,
+                fields={"raddr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
+                        "rkey": Addr("key:pool")},
+                gather=(Read(f"buf:{RSTG}", bs, ("ar_read",), "the staged data"),),
+                cond=ready, remote_kind="pool",
+                note="copy the staged data into the block, the Read having completed"))
         else:
             self.add(WrTemplate(
                 data_wr, Role.CONN, Opcode.RDMA_READ, v.name, st[9],

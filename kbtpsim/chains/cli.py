@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kbtpsim.chains.compiler import OPERATIONS, VARIANTS, Geometry
-from kbtpsim.chains.plan import decide, decide_op
+from kbtpsim.chains.plan import decide, decide_op, stages_reads
 from kbtpsim.chains.render import draw, explain, show
 from kbtpsim.chains.replay import replay_chain_main
 from kbtpsim.nic.profiles import PROFILES, get_profile
@@ -81,7 +81,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str]]:
+def _v2(d: Any, profile: Any, addr_le: bool, chains: str,
+        block_size: int = 4096) -> tuple[Any, list[str]]:
     """The decision with chains v2's chain (lanes, WAITs per CQ), and the lines that
     say how v2 runs it: its recycle segment per credit, or why v2 cannot run there."""
     if chains != "v2":
@@ -98,7 +99,8 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
     if not d.offloaded:
         return d, ["chains v2: nothing to re-arm (the variant runs on the CPU)"]
     out = replace(d, chain=prepare_chain("v2", d.chain, profile))
-    server = Harness(profile, addr_le, credits=2, chains="v2", variants=(d.variant,)).server
+    server = Harness(profile, addr_le, credits=2, chains="v2", variants=(d.variant,),
+                     block_size=block_size).server
     plan = server._slots[0].plan
     lines = [f"chains v2: every credit slot has its own master, lanes and CQ; between two "
              f"rounds the NIC runs this recycle segment ({len(plan.steps) if plan else 0} "
@@ -115,17 +117,19 @@ def _v2(d: Any, profile: Any, addr_le: bool, chains: str) -> tuple[Any, list[str
     return out, lines
 
 
-def _geometry(op: str, args: argparse.Namespace) -> Geometry:
+def _geometry(op: str, args: argparse.Namespace, profile: Any) -> Geometry:
     """Chains v2's LOAD has no entry re-read (decision C13); FREE is shown as it runs with
-    ``target.operations.free: offload`` (the LOADs' reader counts, decision C20)."""
+    ``target.operations.free: offload`` (the LOADs' reader counts, decision C20); a
+    Read-source store of several packets reads into staging with chains v2 (C24)."""
     bs = args.block_size
     return Geometry(block_size=bs, max_inline=bs, seqlock=args.design != "v2",
-                    readers=op == "FREE")
+                    readers=op == "FREE",
+                    stage_reads=stages_reads(args.design, profile, bs))
 
 
 def _decide(op: str, args: argparse.Namespace, profile: Any) -> Any:
     """The variant's decision (:func:`_geometry`)."""
-    return decide(_variant(op, args.inline), profile, args.addr_le, _geometry(op, args))
+    return decide(_variant(op, args.inline), profile, args.addr_le, _geometry(op, args, profile))
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -134,7 +138,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         return _fail(got)
     op, profile = got
     d, extra = _v2(_decide(op, args, profile), profile, args.addr_le,
-                   "v2" if args.chains == "v2" else args.design)
+                   "v2" if args.chains == "v2" else args.design, args.block_size)
     print(show(d))
     for line in extra + ([args.note] if args.note else []):
         print(line)
@@ -153,7 +157,7 @@ def _cmd_draw(args: argparse.Namespace) -> int:
         return _fail(got)
     op, profile = got
     d, _ = _v2(_decide(op, args, profile), profile, args.addr_le,
-                   "v2" if args.chains == "v2" else args.design)
+               "v2" if args.chains == "v2" else args.design, args.block_size)
     title = (f"{d.variant} on {profile.name}, ADDR_LE {'on' if args.addr_le else 'off'}: "
              f"{'offloaded' if d.offloaded else 'software'} ({d.chain.count()} WRs)")
     try:
@@ -169,7 +173,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if isinstance(got, str):
         return _fail(got)
     op, profile = got
-    print(explain(decide_op(op, profile, args.addr_le, _geometry(op, args))))
+    print(explain(decide_op(op, profile, args.addr_le, _geometry(op, args, profile))))
     if args.note:
         print(args.note)
     if args.chains == "v2" or args.design == "v2":
@@ -181,7 +185,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             "the offloaded variants above, each credit re-armed in place by the NIC "
             "(kbtpsim chains show OP --nic " + profile.name + " --chains v2)"))
         if not why and any("load" in d.chain.headers for d in decide_op(
-                op, profile, args.addr_le, _geometry(op, args)) if d.offloaded):
+                op, profile, args.addr_le, _geometry(op, args, profile)) if d.offloaded):
             print("chains v2's LOAD here (decision C21): two steps after the receive, which "
                   "places the handle's address octets straight into the entry Read: the "
                   "Read (conditional on the handle range) beside the request markers, then "

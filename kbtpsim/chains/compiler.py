@@ -53,7 +53,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.lowering import RCQE, CasLowering
+from kbtpsim.chains.lowering import CCQE, RCQE, CasLowering
 from kbtpsim.chains.variants import VariantSteps
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
@@ -71,7 +71,7 @@ from kbtpsim.chains.vocab import (
     msg_length,
     window8,
 )
-from kbtpsim.nic.cq import CQE_BYTE_CNT
+from kbtpsim.nic.cq import CQE_BYTE_CNT, CQE_OP_OWN, CQE_REQ
 from kbtpsim.nic.wqe import Opcode, WqeFlags
 
 #: How the chain expresses its conditions: the profile's native conditional WRs, or a
@@ -112,6 +112,18 @@ class _Builder(VariantSteps, CasLowering):
             cond=CondSpec(Read(loc, 8, producers, about), *window8(compare, mask), about,
                           word_order, compare_source),
             remote_kind="loopback", note=f"marker: {about} -> {arm}[{slot}]"))
+
+    def read_ok_marker(self, v: Variant, read: str, step: int, arm: str, slot: int) -> str:
+        """Decision C24: a marker (``arm``[``slot``]) that the connection WR ``read``, a
+        data Read, completed without error: the opcode nibble of its CQE, in the
+        connection QP's CQ buffer, is a requester's completion (the owner bit, which
+        flips every pass around the ring, is left out). A flushed Read's CQE satisfies
+        the WAITs too, and says so only here. Returns the marker's name."""
+        name = f"m_{v.name}_rdok"
+        self.marker(name, v.name, step, f"buf:{CCQE}_{read}+{CQE_OP_OWN - 7}", (read,),
+                    bytes(8), bytes(7) + bytes([0xF0]), "the data Read completed (its "
+                    f"CQE's opcode {CQE_REQ:#x}: no error)", arm, slot)
+        return name
 
     def patch(self, name: str, part: str, step: int, src: list[tuple[str, int, str]],
               dest: str, what: str, order: Order, producers: tuple[str, ...],

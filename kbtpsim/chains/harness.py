@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from kbtpsim.chains.layout import ChainLayout, register_readers, register_ring
-from kbtpsim.chains.plan import plan_connection
+from kbtpsim.chains.plan import plan_connection, stages_reads
 from kbtpsim.chains.post import Finished
 from kbtpsim.chains.v2 import chain_server_class, prepare_chain
 from kbtpsim.nic import (
@@ -113,7 +113,9 @@ class Harness:
         # FREE on the NIC (decision C20): the LOADs count their readers
         readers = chains == "v2" and variants is not None and "free" in variants
         self.plan = plan_connection(prof, self.config, self.layout, "A", variants,
-                                    seqlock=chains != "v2", readers=readers)
+                                    seqlock=chains != "v2", readers=readers,
+                                    stage_reads=stages_reads(chains, prof,
+                                                             self.config.block_size))
         ring = None
         if any(v.startswith("alloc") or v == "free" for v in self.plan.offloaded):
             ring = register_ring(self.tnic, self.target_layout.rings[0])

@@ -122,9 +122,10 @@ class ChainLayout:
         return self.pool_addr + block_offset
 
     def geometry(self, config: TargetConfig, initiator: str, seqlock: bool = True,
-                 readers: bool = False) -> Geometry:
+                 readers: bool = False, stage_reads: bool = False) -> Geometry:
         """The constants of a connection's chains (handle blocks, sizes); ``seqlock``:
-        LOADs re-read the entry (O3), else the target quiesces frees (C13)."""
+        LOADs re-read the entry (O3), else the target quiesces frees (C13);
+        ``stage_reads``: Read-source stores read into staging (C24)."""
         ini = next(i for i in config.initiators if i.name == initiator)
         own = aligned_block(ini.handle_base, ini.handle_base + ini.handle_count)
         lo, hi = self.table_base, self.table_base + self.table_count
@@ -148,7 +149,7 @@ class ChainLayout:
         return Geometry(
             block_size=config.block_size, max_inline=config.max_inline,
             table_block=table, load_block=load, own_block=own, ring_slots=self.ring_slots,
-            seqlock=seqlock, readers=readers)
+            seqlock=seqlock, readers=readers, stage_reads=stage_reads)
 
     def register(self, nic: Nic) -> tuple[MemoryRegion | None, MemoryRegion]:
         """The table's strided key (None without ``strided_keys``) and the pool region

@@ -33,6 +33,14 @@ M64 = (1 << 64) - 1
 #: mlx5 layout, kbtpsim.nic.cq); its octets 40..47 are 4 reserved zeros and the big-endian
 #: byte count.
 RCQE = "rcqe"
+#: ``buf:ccqe_WR``: the CQE of this credit's connection WR ``WR`` in the connection QP's CQ
+#: buffer (chains v2: one round of credits deep, so at a fixed place per credit slot;
+#: decision C24)
+CCQE = "ccqe"
+#: ``buf:rstg``: the credit's staging buffer for a Read-source store's data (decision C24)
+RSTG = "rstg"
+#: the per-credit buffers in the staging region (host memory), not in the scratch
+STAGING = frozenset({"stg", RSTG})
 
 #: Control-word octets a disarmed WQE leaves free for compared data: all but octet 3, the
 #: opcode, which must stay NOP (a failed CAS leaves the WQE a NOP the NIC can decode).

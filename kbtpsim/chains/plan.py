@@ -106,15 +106,27 @@ class ConnectionPlan:
     software: dict[str, list[str]] = field(default_factory=dict)
 
 
+def stages_reads(chains: str, profile: NicProfile, block_size: int) -> bool:
+    """Decision C24: whether chains ``chains`` on ``profile`` read a Read-source store's
+    data into staging and copy it into the block behind a test of the Read's CQE: chains
+    v2 (the connection QP's CQEs land at fixed places in its CQ, one round of credits
+    deep) with native conditions (the test reads the CQE in host memory), for blocks of
+    several packets (a Read of one packet lands whole or not at all: it reads straight
+    into the block, one step shorter)."""
+    return chains == "v2" and profile.native_conditional and block_size > profile.mtu
+
+
 def plan_connection(profile: NicProfile, config: TargetConfig, layout: ChainLayout,
                     initiator: str, variants: tuple[str, ...] | None = None,
-                    seqlock: bool = True, readers: bool = False) -> ConnectionPlan:
+                    seqlock: bool = True, readers: bool = False,
+                    stage_reads: bool = False) -> ConnectionPlan:
     """Verify each variant for this connection's geometry; build the chain of the sound
     ones (with none, the chain is the dispatch prefix alone: every request goes to the
     CPU). ``seqlock=False``: LOADs without the entry re-read, for a target that
     quiesces frees (decision C13). ``readers``: LOADs count their readers and FREE may
-    run on the NIC (decision C20)."""
-    geo = layout.geometry(config, initiator, seqlock, readers)
+    run on the NIC (decision C20). ``stage_reads``: Read-source stores read into
+    staging and copy into the block behind a test of the Read's CQE (decision C24)."""
+    geo = layout.geometry(config, initiator, seqlock, readers, stage_reads)
     wanted = tuple(v for v in VARIANTS if v != "free" or readers) if variants is None \
         else variants  # default: every variant, FREE only with reader counts (C20)
     ok: list[str] = []

@@ -31,6 +31,7 @@ from kbtpsim.chains.cpu_control import CpuControl
 from kbtpsim.chains.failure import ChainFailure
 from kbtpsim.chains.ir import Chain, Role, WrTemplate
 from kbtpsim.chains.layout import ChainLayout, RingKeys
+from kbtpsim.chains.lowering import RSTG
 from kbtpsim.chains.scratch import ScratchBuffers
 from kbtpsim.chains.vocab import session_octets
 from kbtpsim.chains.wr_build import _LOC, COMMIT_TAG, CPU_WR, ROLE_BITS, WrResolution, _Credit
@@ -157,7 +158,13 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         self.errors: list[str] = []
         #: when the connection failed (its first error CQE, or :meth:`stop`), else None
         self.failed_at: int | None = None
-        self.chain_cq = nic.create_cq(1 << 16)
+        ccq_depth = self._ccq_depth(self.cpu_slots)
+        if ccq_depth is None:
+            self.chain_cq = nic.create_cq(1 << 16)
+        else:  # its CQEs in host memory: a chain tests a data Read's (decision C24)
+            ccq_addr = nic.host.alloc(64 * ccq_depth, 4096)
+            self.chain_cq = nic.create_cq(ccq_depth, buffer_addr=ccq_addr)
+            self.ccq_mr = nic.register_mr(ccq_addr, 64 * ccq_depth, Access.LOCAL_WRITE)
         # the receive CQ has its buffer in host memory (as on mlx5): a chain's marker reads
         # the receive's byte count from the CQE (credit n's receive is CQE number n)
         rdepth = self._rcq_depth()
@@ -182,14 +189,18 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         # scratch: per-credit buffers, then shared constants
         sizes = self._buffer_sizes()
         self.stg_size = sizes.pop("stg", 16)
+        #: per credit, the staging of a Read-source store's data (decision C24), beside
+        #: the inline data's, in host memory
+        self.rstg_size = (sizes.pop(RSTG, 0) + 4095) // 4096 * 4096
         self.slot_size = sum(sizes.values())
         total = self.slot_size * credits + 64
         mem = nic.host
         rights = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
         self.scratch_addr = nic.dm_alloc(total, 4096) if dm else mem.alloc(total, 4096)
         self.scratch = nic.register_mr(self.scratch_addr, total, rights)
-        self.staging_addr = mem.alloc(self.stg_size * credits, 4096)
-        self.staging = nic.register_mr(self.staging_addr, self.stg_size * credits, rights)
+        staged = (self.stg_size + self.rstg_size) * credits
+        self.staging_addr = mem.alloc(staged, 4096)
+        self.staging = nic.register_mr(self.staging_addr, staged, rights)
         self.sizes = sizes
         consts = dict(CONSTS)
         consts["k_bs"] = layout.block_size.to_bytes(4, "big")
@@ -275,6 +286,12 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
     def _rcq_depth(self) -> int:
         """Depth of the receive CQ (whose buffer the chains read)."""
         return 1 << 12
+
+    def _ccq_depth(self, cpu_slots: int) -> int | None:
+        """Depth of the connection QP's CQ if a chain reads its CQEs in memory, else
+        None (no buffer). Chains v1 never do: their worker QPs share that CQ, so a WR's
+        CQE has no fixed place in it."""
+        return None
 
     def _barrier_wrs(self) -> int:
         """Room on the master ring per credit besides the templates (the CPU-slot

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from kbtpsim.chains.lowering import RSTG
 from kbtpsim.chains.post import Finished
 from kbtpsim.system.server import ServerConnection, SoftwareTargetServer, op_name
 from kbtpsim.target.effects import Effect, ReadInitiator
@@ -70,7 +71,9 @@ class ChainRecovery(_Base):
         env, cpu, cs = self.env, self.cpu, cc.chains
         self._note_cut_loads(cc)
         if not cs.software:
-            cs.stop(int(env.now))
+            with cpu.request() as core:  # the server thread runs the verbs: it waits
+                yield core  # while other work holds every core (decision C24)
+                cs.stop(int(env.now))
             deadline = env.now + QUIESCE_PS
             while True:
                 cc.orphans.extend(cs.poll(int(env.now)))
@@ -163,7 +166,7 @@ class ChainRecovery(_Base):
             effects = self.target.finish_allocation(cc.conn_id, f.request, f.ticket, now,
                                                     handover=False)
             self.note_reads(effects)
-            effects = self._data_already_read(f, effects, now)
+            effects = self._data_already_read(f, effects, now, self._staged(cc, f))
             self._kick()
             yield from self.carry_out(effects, "ALLOC_STORE")
         elif isinstance(msg, Store) and msg.flags & RequestFlag.INLINE:
@@ -174,7 +177,8 @@ class ChainRecovery(_Base):
             self._salvaged(op, "Read-source store, data read")
             now = int(self.env.now)
             effects = self.on_request(cc.conn, f.request, now)
-            yield from self.carry_out(self._store_data_already_read(msg, effects, now), op)
+            yield from self.carry_out(self._store_data_already_read(
+                msg, effects, now, self._staged(cc, f)), op)
         elif isinstance(msg, Store):
             self._tally("Read-source store")
         else:
@@ -223,45 +227,56 @@ class ChainRecovery(_Base):
                 effects = self._finish_free(cc, f, now)
         yield from self.carry_out(effects, "FREE")
 
-    def _data_already_read(self, f: Finished, effects: list[Effect],
-                           now: int) -> list[Effect]:
+    @staticmethod
+    def _staged(cc: _ChainConn, f: Finished) -> int | None:
+        """Where the credit's chain staged its data Read (decision C24), or None (it
+        read straight into the block)."""
+        return cc.chains._bufs_of(f.credit).get(RSTG)
+
+    def _data_already_read(self, f: Finished, effects: list[Effect], now: int,
+                           staged: int | None = None) -> list[Effect]:
         """A Read-source ALLOC_STORE whose chain's data Read completed before the failure
-        has its data in the block already (the chain reads straight into it): the CPU
-        answers its own Read with those octets, as the software target would have had the
-        data arrived before the connection closed (the allocation completes, and the
-        disconnect keeps it). Otherwise the block holds octets the target never wrote
-        when it returns to the ring (decision O5)."""
+        has its data at hand: in the block (a chain that reads straight into it) or in
+        the credit's staging buffer (``staged``, decision C24: the copy into the block may
+        have been cut). The CPU answers its own Read with those octets, as the software
+        target would have had the data arrived before the connection closed (the
+        allocation completes, and the disconnect keeps it). Otherwise the block holds
+        octets the target never wrote when it returns to the ring (decision O5)."""
         if f.data_read is None:
             return effects
         return self._read_from_block(
             effects, lambda e: self.target.read_block(e.token),
-            lambda token, data: self.target.complete_read(token, data, now))
+            lambda token, data: self.target.complete_read(token, data, now), staged)
 
-    def _store_data_already_read(self, msg: Store, effects: list[Effect],
-                                 now: int) -> list[Effect]:
+    def _store_data_already_read(self, msg: Store, effects: list[Effect], now: int,
+                                 staged: int | None = None) -> list[Effect]:
         """A Read-source STORE whose chain's data Read completed before the failure: the
-        chain read the data straight into the bound block, so the CPU, serving the
-        STORE again, answers its own Read with the block's octets (as the software target
-        would have had the data arrived before the connection closed: the STORE takes
-        effect, and its COMPLETION, if the initiator got the chain's, agrees). Forgetting
-        it left the block holding octets the target never wrote (decision O5)."""
+        chain read the data straight into the bound block (or into the credit's staging
+        buffer, ``staged``, whence its copy into the block may have been cut: decision
+        C24), so the CPU, serving the STORE again, answers its own Read with those
+        octets (as the software target would have had the data arrived before the
+        connection closed: the STORE takes effect, and its COMPLETION, if the initiator
+        got the chain's, agrees). Forgetting it left the block holding octets the target
+        never wrote (decision O5)."""
         return self._read_from_block(
             effects, lambda e: self.target.table.get(msg.handle).block_offset,
-            lambda token, data: self._call(("read", token, data), now))
+            lambda token, data: self._call(("read", token, data), now), staged)
 
     def _read_from_block(self, effects: list[Effect],
                          block_of: Callable[[ReadInitiator], int | None],
-                         complete: Callable[[int, bytes], list[Effect]]) -> list[Effect]:
+                         complete: Callable[[int, bytes], list[Effect]],
+                         staged: int | None = None) -> list[Effect]:
         """``effects`` with the CPU's own RDMA Read among them answered by ``complete``
-        with the octets already in the block ``block_of`` names (unchanged if there is
-        no such Read, or no block)."""
+        with the octets already in the block ``block_of`` names, or in the staging
+        buffer at ``staged`` (unchanged if there is no such Read, or no block)."""
         for e in effects:
             if isinstance(e, ReadInitiator):
                 block = block_of(e)
                 if block is None:
                     return effects
                 assert self.layout is not None
-                data = self.nic.host.memory.read(self.layout.block_addr(block), e.length)
+                at = self.layout.block_addr(block) if staged is None else staged
+                data = self.nic.host.memory.read(at, e.length)
                 return [x for x in effects if x is not e] + complete(e.token, data)
         return effects
 

@@ -263,6 +263,11 @@ def explain(decisions: list[Decision]) -> str:
                    + ("offloaded to the NIC" if d.offloaded else
                       "SOFTWARE: every such request is processed by the target CPU"))
         out.append(f"  {LOWERINGS[d.lowering]}")
+        if d.offloaded and any(p.dest == "buf:rstg" for w in d.chain.wrs()
+                               for p in w.places):
+            out.append("  the data Read lands in the credit's staging buffer; a marker on "
+                       "the Read's CQE, then a loopback Write copies it into the block "
+                       "(a Read source of several packets, chains v2: decision C24)")
         if not d.offloaded:
             out.append("  why:")
             out += [f"    {r}" for r in d.reasons()]

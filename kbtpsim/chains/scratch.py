@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kbtpsim.chains.compiler import CONSTS, RCQE
 from kbtpsim.chains.ir import Addr, WrTemplate
+from kbtpsim.chains.lowering import CCQE, RSTG
 from kbtpsim.chains.vocab import GO
 from kbtpsim.chains.wr_build import _LOC, _Credit
 from kbtpsim.nic import Nic
@@ -24,6 +25,7 @@ class ScratchBuffers:
     slot_size: int
     staging_addr: int
     stg_size: int
+    rstg_size: int
 
     def _buffer_sizes(self) -> dict[str, int]:
         names: dict[str, int] = {"hdr": 8, "ct": 32, "dd": 24, "w": 8, "bo": 16, "done": 8}
@@ -43,6 +45,8 @@ class ScratchBuffers:
         for k in CONSTS:
             names.pop(k, None)
         names.pop(RCQE, None)
+        for k in [k for k in names if k.startswith(CCQE + "_")]:  # in the conn CQ (C24)
+            del names[k]
         names.pop("k_bs", None)
         names.pop("k_st_bs", None)
         return {k: (v + 7) // 8 * 8 for k, v in names.items()}
@@ -95,6 +99,9 @@ class ScratchBuffers:
             bufs[name] = at
             at += size
         bufs["stg"] = self.staging_addr + slot * self.stg_size
+        if self.rstg_size:  # a Read-source store's staged data (decision C24)
+            bufs[RSTG] = self.staging_addr + self.stg_size * self.credits \
+                + slot * self.rstg_size
         return bufs
 
 

@@ -56,7 +56,7 @@ from kbtpsim.chains.offload_config import (
     aligned_table,
     free_on_nic_blockers,
 )
-from kbtpsim.chains.plan import ConnectionPlan, plan_connection
+from kbtpsim.chains.plan import ConnectionPlan, plan_connection, stages_reads
 from kbtpsim.chains.post import ChainServer
 from kbtpsim.chains.quiesce import FreeQuiescence
 from kbtpsim.chains.recovery import ChainRecovery
@@ -206,7 +206,9 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
             plan = plan_connection(
                 self.nic.profile, self.config, self.chain_layout,
                 initiator if ini is not None else self.config.initiators[0].name,
-                tuple(wanted), seqlock=self.seqlock, readers=self.free_on_nic)
+                tuple(wanted), seqlock=self.seqlock, readers=self.free_on_nic,
+                stage_reads=stages_reads(self.chains_version, self.nic.profile,
+                                         self.config.block_size))
             for v in VARIANTS:  # nothing left out silently: say why
                 if v in wanted or v in plan.software:
                     continue

@@ -4,6 +4,8 @@ top of the builder's helpers (``add``, ``marker``, ``patch``, ``armed``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kbtpsim.chains.alloc import AllocSteps
 from kbtpsim.chains.free import FreeSteps
 from kbtpsim.chains.ir import (
@@ -18,7 +20,7 @@ from kbtpsim.chains.ir import (
 )
 from kbtpsim.chains.load_direct import DirectLoadSteps
 from kbtpsim.chains.load_recv import RecvLoadSteps
-from kbtpsim.chains.lowering import RCQE
+from kbtpsim.chains.lowering import RCQE, RSTG
 from kbtpsim.chains.vocab import (
     ALLOW_UNSEALED,
     GO,
@@ -307,12 +309,16 @@ class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
             f"arm_{v.name}[{slot}]"))
         self.arm_producers[v.name].append("m_load_same")
 
-    def _store_common(self, v: Variant, data_step: int) -> str:
-        """Entry marker, handle patch and the entry update; returns the update's name."""
+    def _store_common(self, v: Variant, data_step: int,
+                      data: Callable[[], None] | None = None) -> str:
+        """Entry marker, handle patch, ``data`` (the data movement, which may add markers
+        the update then needs too) and the entry update; returns the update's name."""
         tag = "si" if v.inline else "sr"
         self.patch(f"p_h_{tag}", v.name, 1, [self._handle_src()], f"wqe:{tag}_upd.raddr",
                    "Block Handle << 8", self.ro, ("recv",), self._shift_at())
         self._entry_marker(v, *window8(b"\x00\x01", b"\xff\xff"), "entry VALID, not SEALED")
+        if data is not None:
+            data()
         n = len(self.arm_producers[v.name])
         flags = (Read("buf:hdr+2", 2, ("recv",), "request Flags (INLINE|SEAL = VALID|SEALED)")
                  if v.inline else self._seal_flags(v) if v.flags_free & SEAL
@@ -346,6 +352,9 @@ class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
 
     def _v_store_read(self, v: Variant) -> None:
         bs, ro = self.geo.block_size, self.ro
+        if self.geo.stage_reads:
+            self._v_store_read_staged(v)
+            return
         self.patch("p_bo_sr", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
                    "wqe:sr_read.sge0.addr", "entry Block Offset", ro, ("read_entry",))
         self._store_common(v, 4)
@@ -362,6 +371,48 @@ class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
                          "buf:bo", ("read_entry",))
         self._early_release(v, 6, self.armed(v, n))
         self._commit(v, 7)
+
+    def _v_store_read_staged(self, v: Variant) -> None:
+        """Decision C24: the data Read lands in the credit's staging buffer; a marker
+        tests the Read's CQE (the connection QP's, in its CQ's buffer: no error opcode);
+        only then a loopback Write copies the data into the block, and the entry update,
+        COMPLETION and commit follow. A connection failure that cuts the Read leaves the
+        block as it was (its flushed CQE fails the test); one that cuts the copy leaves
+        the staging buffer whole, from which the CPU serves the STORE again (O5)."""
+        bs, ro = self.geo.block_size, self.ro
+        self.patch("p_bo_sr", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
+                   "wqe:sr_copy.raddr", "entry Block Offset", ro, ("read_entry",))
+
+        def data() -> None:
+            n = len(self.arm_producers[v.name])
+            self.add(WrTemplate(
+                "sr_read", Role.CONN, Opcode.RDMA_READ, v.name, 4,
+                fields={"raddr": Placed("p_dd_store_read", "DD Tagged Offset", ro, "patch"),
+                        "rkey": Placed("p_dd_store_read", "DD STag", ro, "patch")},
+                places=(Place(f"buf:{RSTG}", bs, "the initiator's data (staging)"),),
+                cond=self.armed(v, n), remote_kind="initiator",
+                note="RDMA Read of the data into the credit's staging buffer (C24)"))
+            self._read_ok_marker(v, "sr_read", 5)
+            self.add(WrTemplate(
+                "sr_copy", Role.WORKER, Opcode.RDMA_WRITE, v.name, 6,
+                fields={"raddr": Placed("p_bo_sr", "entry Block Offset", ro, "patch"),
+                        "rkey": Addr("key:pool")},
+                gather=(Read(f"buf:{RSTG}", bs, ("sr_read",), "the staged data"),),
+                cond=self.armed(v, n + 1), remote_kind="pool",
+                note="copy the staged data into the block, the Read having completed"))
+
+        self._store_common(v, 6, data)
+        n = len(self.arm_producers[v.name])
+        self._completion(v, "sr_send", 8, Read("buf:k_bs", 4, (), "Data Length"),
+                         "buf:bo", ("read_entry",))
+        self._early_release(v, 8, self.armed(v, n))
+        self._commit(v, 9)
+
+    def _read_ok_marker(self, v: Variant, read: str, step: int) -> None:
+        """:meth:`read_ok_marker` into the variant's arm word, as its next marker."""
+        name = self.read_ok_marker(v, read, step, f"arm_{v.name}",
+                                   len(self.arm_producers[v.name]))
+        self.arm_producers[v.name].append(name)
 
     def _early_release(self, v: Variant, step: int, cond: CondSpec) -> None:
         """Chains v2 with native conditions (decision C19): a STORE or ALLOC_STORE the NIC

@@ -30,6 +30,11 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
     packets after some of them landed; its flushed CQE satisfies the WAITs behind it, and
     no salvage can restore the block's old octets, which the chain never saw (decision
     O5). The software target stages such a Read; the chains leave it to the CPU.
+``staged-read``
+    A WR that moves a Read-source store's staged data (``buf:rstg``) into target memory
+    runs only if the Read completed: its condition's arm word has among its producers a
+    marker on that Read's own CQE in the connection QP's CQ buffer (decision C24; chains
+    v2 read a Read source of several packets into staging).
 ``guarded``
     A variant's effects (its connection-QP WRs: data movement, COMPLETION; its commit and
     release) run only if every request test of the variant passed: a conditional one
@@ -55,7 +60,11 @@ import re
 import networkx as nx
 
 from kbtpsim.chains.ir import Addr, Chain, CondSpec, EdgeKind, Placed, Role, WrTemplate
-from kbtpsim.chains.verify_landing import _check_placement, _check_torn_reads
+from kbtpsim.chains.verify_landing import (
+    _check_placement,
+    _check_staged_reads,
+    _check_torn_reads,
+)
 from kbtpsim.chains.verify_readers import _check_readers
 from kbtpsim.chains.violation import ChainRejected, Violation
 from kbtpsim.nic.profile import NicProfile
@@ -353,6 +362,7 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
             _check_placed(chain, wr, "cond_mask", cond.mask_source, profile, out)
     _check_placement(chain, profile, out)
     _check_torn_reads(chain, profile, out)
+    _check_staged_reads(chain, out)
     _check_guarded(chain, out)
     _check_readers(chain, out)
     return out

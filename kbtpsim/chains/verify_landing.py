@@ -1,11 +1,14 @@
 """The verifier's rules on how data lands: ``placement`` (decision O7: a loopback
-Write's CQE must imply its placement) and ``torn-read`` (decision O5: an initiator's
-data Read into a block fits one packet)."""
+Write's CQE must imply its placement), ``torn-read`` (decision O5: an initiator's
+data Read into a block fits one packet) and ``staged-read`` (decision C24: data read into
+staging moves into a block only behind a test that its Read completed)."""
 
 from __future__ import annotations
 
-from kbtpsim.chains.ir import Chain
+from kbtpsim.chains.ir import Chain, WrTemplate
+from kbtpsim.chains.lowering import CCQE, RSTG
 from kbtpsim.chains.violation import Violation
+from kbtpsim.nic.cq import CQE_OP_OWN, CQE_REQ
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
 
@@ -42,3 +45,42 @@ def _check_torn_reads(chain: Chain, profile: NicProfile, out: list[Violation]) -
                     f"{profile.mtu} (mtu): a connection failure can cut it after part "
                     "landed, and nothing can restore the block's old octets (decision "
                     "O5); the CPU serves such a store, staging its Read"))
+
+
+def _check_staged_reads(chain: Chain, out: list[Violation]) -> None:
+    """Rule ``staged-read`` (decision C24): a WR that moves octets from the staging buffer
+    of a Read-source store (``buf:rstg``) into target memory runs only if the Read that
+    staged them completed: its condition reads an arm word among whose producers is a
+    marker testing that Read's own CQE (``buf:ccqe_READ``). A flushed Read's CQE
+    satisfies the WAITs behind it as a completed one does; only its CQE tells them
+    apart, and a copy of a partly read staging buffer would leave the block torn."""
+    by_name = {w.name: w for w in chain.wrs()}
+    for wr in chain.wrs():
+        staged = [r for r in wr.gather if r.loc == f"buf:{RSTG}"]
+        if not staged:
+            continue
+        reads = {p for r in staged for p in r.producers}
+        tested = set()
+        if wr.cond is not None:
+            for p in wr.cond.word.producers:
+                m = by_name.get(p)
+                if m is not None and _tests_cqe(m):
+                    tested.add(m.cond.word.loc.split("+")[0][len(f"buf:{CCQE}_"):])  # type: ignore[union-attr]
+        missing = sorted(reads - tested)
+        if missing:
+            out.append(Violation(
+                wr.name, "cond", "staged-read",
+                f"moves the octets {', '.join(missing)} staged without testing that "
+                f"Read's CQE first: a connection failure that cuts the Read leaves a "
+                "partly read staging buffer, and a flushed CQE satisfies the WAITs too "
+                "(decision C24)"))
+
+
+def _tests_cqe(wr: WrTemplate) -> bool:
+    """``wr`` is a marker that a connection WR's CQE (``buf:ccqe_WR``) is a requester's
+    completion: it tests the opcode nibble of the CQE's last octet for ``CQE_REQ``."""
+    c = wr.cond
+    if c is None or not c.word.loc.startswith(f"buf:{CCQE}_") or \
+            not c.word.loc.endswith(f"+{CQE_OP_OWN - 7}"):
+        return False
+    return c.mask[7] & 0xF0 == 0xF0 and c.compare[7] & 0xF0 == CQE_REQ << 4

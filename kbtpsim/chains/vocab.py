@@ -67,6 +67,12 @@ class Geometry:
     #: LOADs count themselves readers of their handle (a FetchAdd before the entry Read,
     #: one after the data Write), so that a FREE can run on the NIC (decision C20)
     readers: bool = False
+    #: a Read-source store's data Read lands in the credit's staging buffer, and a copy
+    #: into the block runs only if the Read's CQE says it completed (chains v2 with native
+    #: conditions, blocks of several packets: decision C24); otherwise the Read lands in
+    #: the block itself, and the verifier's rule ``torn-read`` keeps Reads of several
+    #: packets off the chains
+    stage_reads: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from kbtpsim.chains.compiler import RCQE
 from kbtpsim.chains.ir import Addr, Const, CtrlWord, Placed, WrTemplate
+from kbtpsim.chains.lowering import CCQE, STAGING
 from kbtpsim.nic import (
     CompletionQueue,
     Condition,
@@ -92,6 +93,7 @@ class WrResolution:
     scratch: MemoryRegion
     staging: MemoryRegion
     rcq_mr: MemoryRegion
+    ccq_mr: MemoryRegion  #: the connection QP's CQ buffer (chains v2 that test its CQEs)
     pool_key: MemoryRegion
     table_key: MemoryRegion | None
     ring: RingKeys | None
@@ -116,11 +118,21 @@ class WrResolution:
                 return self.consts[name] + off, self.scratch.lkey
             if name == RCQE:  # this credit's receive CQE in the receive CQ's buffer
                 return self.recv_cq.slot_addr(cr.number) + off, self.rcq_mr.lkey
-            key = self.staging.lkey if name == "stg" else self.scratch.lkey
+            if name.startswith(CCQE + "_"):  # a connection WR's CQE (decision C24)
+                return self._conn_cqe_addr(cr, name[len(CCQE) + 1:]) + off, \
+                    self.ccq_mr.lkey
+            key = self.staging.lkey if name in STAGING else self.scratch.lkey
             return cr.bufs[name] + off, key
         qp, idx = cr.index[name]
         wr = self._shapes[name]
         return qp.wqe_addr(idx) + field_layout(wr)[fld][0] + off, qp.sq_mr.lkey
+
+    def _conn_cqe_addr(self, cr: _Credit, wr: str) -> int:
+        """Where credit ``cr``'s connection WR ``wr`` writes its CQE in the connection
+        QP's CQ buffer (decision C24): only chains whose connection QP has a CQ of its own,
+        with a buffer (:class:`~kbtpsim.chains.v2.slots.SlotQueues`)."""
+        raise ValueError(f"{wr}: a test of a connection WR's CQE needs chains v2 "
+                         "(decision C24)")
 
     def _value(self, cr: _Credit, w: WrTemplate, src: object) -> int:
         if isinstance(src, Const):
@@ -146,6 +158,8 @@ class WrResolution:
             return self.table_key.rkey
         if ref == "key:pool":
             return self.pool_key.lkey
+        if ref == "key:staging":
+            return self.staging.lkey
         if ref == "key:readers":
             if self.readers_key is None:
                 raise ValueError(f"{w.name}: the chain uses the reader counts, whose key "

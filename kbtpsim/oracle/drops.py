@@ -11,6 +11,7 @@ from typing import Any
 
 import simpy
 
+from kbtpsim.chains.lowering import RSTG
 from kbtpsim.oracle.campaign import Pool, Spec, _Run
 from kbtpsim.oracle.compare import Divergence
 from kbtpsim.oracle.faults import DelayChain, Faults
@@ -47,6 +48,13 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
             observe["server"], observe["store"] = server, res
 
     return _run_scripted(run, scenario())
+
+
+def _other_work(server: Any, ps: int) -> Generator[simpy.Event, Any, None]:
+    """Other work on one of the target's cores for ``ps`` (the server thread waits)."""
+    with server.cpu.request() as core:
+        yield core
+        yield server.env.timeout(ps)
 
 
 def _drop_and_reconnect(run: _Run, x: Any, proc: simpy.Process
@@ -98,21 +106,35 @@ def run_drop_during_load(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
-def _dropping_run(profile: str, seed: int, blocks: int, block_size: int
-                  ) -> tuple[_Run, Any]:
+def _dropping_run(profile: str, seed: int, blocks: int, block_size: int,
+                  chains: str = "v1", transform: Any = None) -> tuple[_Run, Any]:
     """A scripted run of initiator X (quota 2) whose script drops X's connection itself
     (``drop_p`` set: a connection failure at the target is no divergence)."""
-    spec = Spec(seed=seed, profile=profile, ops=0, faults=Faults(drop_p=1.0))
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=Faults(drop_p=1.0), chains=chains)
     pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=blocks,
                 block_size=block_size)
-    run = _Run(spec, None, pool)
+    run = _Run(spec, transform, pool)
     return run, run.inis["X"]
+
+
+def _staging_firsts(run: _Run) -> list[int]:
+    """The first octet of every credit slot's staging buffer for a Read-source store's
+    data (decision C24) on the run's chain connections (none if no chain stages)."""
+    server = run.server
+    out = []
+    for conn in getattr(server, "connections", {}).values():
+        cs = server.chain_server(conn)
+        out += [a for s in range(cs.credits)
+                if (a := cs._buffer_addrs(s).get(RSTG)) is not None]
+    return out
 
 
 def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
                               observe: dict[str, Any] | None = None,
                               block_size: int = 4096,
-                              first_packet: bool = False) -> list[Divergence]:
+                              first_packet: bool = False, chains: str = "v1",
+                              during_copy: bool = False, transform: Any = None,
+                              busy_ns: float = 0.0) -> list[Divergence]:
     """Decision O5 for a Read-source STORE: X stores new data to its unsealed handle with a
     Read source; the moment the chain's data Read has placed the last octet in the bound
     block (the chains read straight into it), X's connection fails, so the chain's
@@ -122,9 +144,15 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
     ``first_packet``: the connection fails once the Read's *first* octet has landed
     instead (with a block of several packets a chain's Read, cut there, left part of the
     new octets in the block; the CPU now serves such a STORE, rule ``torn-read``).
+    With ``chains="v2"`` and a block of several packets the chain reads into staging
+    (decision C24): ``first_packet`` then cuts the Read in staging, and ``during_copy``
+    cuts the copy from staging into the block once its first octet has landed.
+    ``busy_ns``: the target's cores are taken by other work (as with
+    ``target.cpu.background``) for that long from the failure on, so its CPU stops the
+    chains only after the cut Read's flushed CQE has let them run on.
     ``observe`` gets the server (``"server"``) and the LOAD's result (``"load"``)."""
     bs = block_size
-    run, x = _dropping_run(profile, seed, 4, bs)
+    run, x = _dropping_run(profile, seed, 4, bs, chains, transform)
     env, server = run.env, run.server
     mem = server.nic.host.memory
 
@@ -135,10 +163,16 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
                                                inline=bs <= 4096)))
         assert server.layout is not None
         block = server.layout.block_addr(res.completion.block_offset)
-        watch = block if first_packet else block + bs - 1
+        staging = [] if during_copy else _staging_firsts(run)
+        if staging:  # where the chain's Read lands (C24): its first or last octet
+            watch = staging if first_packet else [a + bs - 1 for a in staging]
+        else:
+            watch = [block if first_packet or during_copy else block + bs - 1]
         store = x.store(X_HANDLE, b"B" * bs, inline=False)
-        while mem.read(watch, 1) != b"B":  # the chain's data Read has placed it
+        while all(mem.read(a, 1) != b"B" for a in watch):  # the data Read has placed it
             yield env.timeout(100)
+        for _ in range(server.cpu.cores if busy_ns else 0):
+            env.process(_other_work(server, round(busy_ns * 1000)))
         yield from _drop_and_reconnect(run, x, store)
         res = run.keep(x, (yield x.load(X_HANDLE, allow_unsealed=True)))
         if observe is not None:
@@ -149,16 +183,19 @@ def run_drop_after_store_read(profile: str = "ideal-be", seed: int = 1,
 
 def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
                                observe: dict[str, Any] | None = None,
-                               block_size: int = 256 * 1024) -> list[Divergence]:
+                               block_size: int = 256 * 1024, chains: str = "v1",
+                               during_copy: bool = False) -> list[Divergence]:
     """Decision O5 for an allocation: X's Read-source ALLOC_STORE of a block of several
     packets; X's connection fails once the Read's first octet has landed. A chain read
     straight into the block it took, so the salvage finished the allocation and the
     disconnect returned the block to the ring holding part of X's octets, where the
     software target, reading into staging, left it as it was; the CPU now serves such
     an allocation (rule ``torn-read``). ``observe`` gets the server
-    (``"server"``)."""
+    (``"server"``). With ``chains="v2"`` the chain stages its Read (decision C24): the
+    failure cuts the Read in staging, or, ``during_copy``, the copy into the block.
+    """
     bs = block_size
-    run, x = _dropping_run(profile, seed, 2, bs)
+    run, x = _dropping_run(profile, seed, 2, bs, chains)
     env, server = run.env, run.server
     mem = server.nic.host.memory
 
@@ -166,7 +203,8 @@ def run_drop_during_alloc_read(profile: str = "ideal-be", seed: int = 1,
         yield x.connect(server)
         run.new_connections()
         assert server.layout is not None
-        firsts = [server.layout.block_addr(b * bs) for b in range(2)]
+        firsts = [] if during_copy else _staging_firsts(run)  # C24: where the Read lands
+        firsts = firsts or [server.layout.block_addr(b * bs) for b in range(2)]
         alloc = x.alloc_store(X_HANDLE, b"B" * bs, inline=False)
         while all(mem.read(a, 1) != b"B" for a in firsts):  # its Read has begun to land
             yield env.timeout(100)

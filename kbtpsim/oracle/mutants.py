@@ -20,9 +20,10 @@ from typing import Any
 
 from kbtpsim.chains.compiler import Geometry, build_chain
 from kbtpsim.chains.ir import Chain
-from kbtpsim.chains.plan import lowering_for
+from kbtpsim.chains.plan import lowering_for, stages_reads
 from kbtpsim.chains.verify import verify
-from kbtpsim.oracle.campaign import Result, Spec, plan_for, resolve_profile, run_campaign
+from kbtpsim.oracle.campaign import BS, Result, Spec, plan_for, resolve_profile, run_campaign
+from kbtpsim.oracle.drops import run_drop_after_store_read
 from kbtpsim.oracle.faults import Faults
 from kbtpsim.oracle.interleaving import (
     run_aliased_handles,
@@ -64,6 +65,7 @@ from kbtpsim.oracle.transforms import (
     v2_load_skip_sealed,
     v2_skip_restore,
     v2_skip_wqe_restore,
+    v2_staged_unchecked,
     v2_stale_count,
 )
 
@@ -81,6 +83,7 @@ class Mutant:
     faults: Faults = field(default_factory=Faults)
     chains: str = "v1"  #: the chains it runs with (v2 mutants change v2's machinery)
     free_on_nic: bool = False  #: FREE served by the NIC too (decision C20)
+    block_size: int = BS  #: the target's Block Size (and Max Inline)
     #: a scripted interleaving that catches it instead of a random campaign: called as
     #: (seed, profile, transform, observe) -> divergences (kbtpsim.oracle.interleaving)
     scenario: Callable[..., list[Any]] | None = None
@@ -89,7 +92,7 @@ class Mutant:
         return Spec(seed=seed, profile=profile or self.profile,
                     ops=self.ops if ops is None else ops, mix=self.mix, phases=2,
                     faults=self.faults, mutant=self.name, chains=self.chains,
-                    free_on_nic=self.free_on_nic)
+                    free_on_nic=self.free_on_nic, block_size=self.block_size)
 
 
 def _unsealed_loads(seed: int, profile: str, transform: Any,
@@ -154,6 +157,19 @@ def _generation_wrap_nic_free(seed: int, profile: str, transform: Any,
     """:func:`_generation_wrap` with FREE on the NIC (decision C20): a FREE at 0xFFFF."""
     return run_generation_wrap(profile, seed, observe=observe, chains="v2",
                                transform=transform, free_on_nic=True)
+
+
+def _staged_read_cut(seed: int, profile: str, transform: Any,
+                     observe: dict[str, Any]) -> list[Any]:
+    """A Read-source STORE of a 256 KiB block (64 packets, staged by chains v2, decision
+    C24) whose connection fails once the Read's first packet is in staging, so that the
+    rest of the Read never comes, while other work holds the target's cores, so that the
+    chain runs on past the Read's flushed CQE before the CPU stops it: random
+    campaigns' blocks are one packet (512 octets), a Read of a few packets is on the wire
+    whole before a failure can cut it, and an idle CPU stops the chain first."""
+    return run_drop_after_store_read(profile, seed, observe=observe,
+                                     block_size=256 * 1024, first_packet=True,
+                                     chains="v2", transform=transform, busy_ns=200_000.0)
 
 
 CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
@@ -240,6 +256,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "Generation marker tests 0xFFFE, so a FREE at 0xFFFF unbinds to Generation 0 "
            "(decision C20)", chains="v2", free_on_nic=True,
            scenario=_generation_wrap_nic_free),
+    Mutant("v2-staged-unchecked", v2_staged_unchecked, "chains v2: a Read-source store "
+           "copies its staged data into the block without testing that the Read "
+           "completed, so a Read a connection failure cut is copied part read (decision "
+           "C24)", chains="v2", block_size=256 * 1024, scenario=_staged_read_cut),
     Mutant("v2-load-no-readers", v2_load_no_readers, "chains v2, FREE on the NIC: the "
            "LOAD does not count itself a reader of its handle (decision C20)", chains="v2",
            free_on_nic=True, scenario=_load_during_nic_free),
@@ -276,7 +296,9 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
                              plan.modified)
     base = build_chain(prof.wqe_field_byte_order != "big",
                        prof.atomic_byte_order,  # type: ignore[arg-type]
-                       Geometry(seqlock=m.chains != "v2", readers=m.free_on_nic),
+                       Geometry(block_size=m.block_size, max_inline=m.block_size,
+                                seqlock=m.chains != "v2", readers=m.free_on_nic,
+                                stage_reads=stages_reads(m.chains, prof, m.block_size)),
                        lowering=lowering_for(prof))
     mutated = copy.deepcopy(base)
     m.transform(mutated)
@@ -288,7 +310,8 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
 def applicable(m: Mutant, profile: str | None = None) -> bool:
     """Whether ``m`` changes anything in the chains a campaign's initiator gets on
     ``profile`` (default: the mutant's own)."""
-    plan = plan_for(profile or m.profile, seqlock=m.chains != "v2", readers=m.free_on_nic)
+    plan = plan_for(profile or m.profile, seqlock=m.chains != "v2", readers=m.free_on_nic,
+                    block_size=m.block_size)
     if not plan.offloaded:
         return False
     if isinstance(m.transform, V2Mutation):

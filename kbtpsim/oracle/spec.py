@@ -59,22 +59,26 @@ def resolve_profile(name: str) -> NicProfile:
 
 
 def plan_for(profile: str, addr_le: bool | None = None, initiator: str = "a",
-             seqlock: bool = True, readers: bool = False) -> Any:
+             seqlock: bool = True, readers: bool = False, block_size: int = BS) -> Any:
     """The :class:`~kbtpsim.chains.plan.ConnectionPlan` a campaign's ``initiator`` gets on
     ``profile`` (ADDR_LE: the server's default for the profile if None; ``seqlock``
-    False: as chains v2 plan it, decision C13; ``readers``: with FREE on the NIC, C20)."""
+    False: as chains v2 plan it, decision C13, and then Read sources of several packets
+    staged, C24; ``readers``: with FREE on the NIC, C20)."""
     from kbtpsim.chains.layout import ChainLayout
-    from kbtpsim.chains.plan import plan_connection
+    from kbtpsim.chains.plan import plan_connection, stages_reads
     from kbtpsim.target.layout import TargetLayout
 
     prof = resolve_profile(profile)
     le = prof.wqe_field_byte_order == "little" if addr_le is None else addr_le
-    cfg = TargetConfig(blocks=BLOCKS, block_size=BS, max_inline=BS, addr_le=le,
+    cfg = TargetConfig(blocks=BLOCKS, block_size=block_size, max_inline=block_size,
+                       addr_le=le,
                        initiators=tuple(InitiatorConfig(n, bytes([i + 1]) * 16, q, b, HANDLES,
                                                         trust_domain=d)
                                         for i, (n, b, d, q) in enumerate(INITIATORS)))
     lay = ChainLayout.of(TargetLayout.plan(cfg, 1 << 40), cfg)
-    return plan_connection(prof, cfg, lay, initiator, seqlock=seqlock, readers=readers)
+    return plan_connection(prof, cfg, lay, initiator, seqlock=seqlock, readers=readers,
+                           stage_reads=stages_reads("v1" if seqlock else "v2", prof,
+                                                    block_size))
 
 
 @dataclass(frozen=True)

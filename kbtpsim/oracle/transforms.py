@@ -263,6 +263,14 @@ def v2_early_always(chain: Chain) -> None:
         _always(w)
 
 
+def v2_staged_unchecked(chain: Chain) -> None:
+    """Chains v2's staged Read source (decision C24): the marker that the data Read's CQE
+    shows no error holds whatever the CQE says, so the copy into the block also runs
+    after a Read that a connection failure cut."""
+    for w in _need(_wrs(chain, lambda w: w.name.endswith("_rdok")), "staged-Read marker"):
+        _always(w)
+
+
 def v2_alloc_genwrap(chain: Chain) -> None:
     """Chains v2's ALLOC_STORE (decision C18): the Generation marker tests 0xFFFE instead
     of 0xFFFF, so an allocation of an entry at 0xFFFF runs on the NIC and binds

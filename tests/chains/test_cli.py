@@ -127,11 +127,11 @@ def test_explain_on_upstream_names_blockers_and_unblockers(
 
 def test_explain_with_a_block_of_several_packets_names_torn_read(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """--block-size: 64 KiB blocks on ideal-be (mtu 4 KiB): the Read-source STORE stays on
-    the CPU with rule torn-read; the inline one and LOAD are offloaded; 4 KiB offloads
-    both."""
+    """--block-size: 64 KiB blocks on ideal-be (mtu 4 KiB): with chains v1 the Read-source
+    STORE stays on the CPU with rule torn-read; the inline one and LOAD are offloaded;
+    4 KiB offloads both. Chains v2 (the default there) stage the Read (decision C24)."""
     assert run(["chains", "explain", "STORE", "--nic", "ideal-be", "--block-size",
-                "64KiB"]) == 0
+                "64KiB", "--chains", "v1"]) == 0
     out = capsys.readouterr().out
     assert "store_inline (STORE, INLINE [| SEAL], of a full block) on ideal-be, ADDR_LE " \
            "off: offloaded to the NIC" in out
@@ -140,5 +140,12 @@ def test_explain_with_a_block_of_several_packets_names_torn_read(
     assert run(["chains", "explain", "STORE", "--nic", "ideal-be"]) == 0
     assert "torn-read" not in capsys.readouterr().out
     assert run(["chains", "show", "STORE", "--nic", "ideal-be", "--no-inline",
-                "--block-size", "8KiB"]) == 0
+                "--block-size", "8KiB", "--chains", "v1"]) == 0
     assert "torn-read" in capsys.readouterr().out
+    assert run(["chains", "show", "STORE", "--nic", "ideal-be", "--no-inline",
+                "--block-size", "64KiB"]) == 0
+    out = capsys.readouterr().out
+    assert "torn-read" not in out and ": OFFLOADED" in out
+    assert "place 65536B -> buf:rstg" in out and "sr_copy" in out
+    assert "m_store_read_rdok" in out and "buf:ccqe_sr_read" not in out  # shown by what
+    assert "the data Read completed" in out  # it tests

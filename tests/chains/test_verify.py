@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kbtpsim.chains.compiler import build_chain
@@ -270,3 +272,32 @@ def test_a_data_read_of_several_packets_into_the_block_is_torn_read(variant: str
                                                 max_inline=2 * be.mtu),
                          (variant.replace("read", "inline"),))
     assert verify(inline, be) == []
+
+
+@pytest.mark.parametrize("variant,read,copy", [("store_read", "sr_read", "sr_copy"),
+                                               ("alloc_read", "ar_read", "ar_copy")])
+def test_a_staged_read_is_copied_only_behind_a_test_of_its_cqe(variant: str, read: str,
+                                                                copy: str) -> None:
+    """Decision C24 (rule ``staged-read``): chains v2 read a Read source of several
+    packets into staging, and copy it into the block behind a marker on the Read's own
+    CQE. Sound as built (and no ``torn-read``: nothing lands in the block part way); a
+    marker that tests nothing, or a copy whose condition leaves the marker out, is
+    refused on the copy."""
+    be = PROFILES["ideal-be"]
+    geo = Geometry(block_size=4 * be.mtu, max_inline=4096, seqlock=False, stage_reads=True)
+    chain = build_chain(False, "big", geo, (variant,))
+    assert verify(chain, be) == []
+    assert chain.wr(read).places[0].dest == "buf:rstg"
+    marker = chain.wr(f"m_{variant}_rdok")
+    assert marker.cond is not None and marker.cond.word.loc.startswith(f"buf:ccqe_{read}")
+    blind = build_chain(False, "big", geo, (variant,))
+    m = blind.wr(f"m_{variant}_rdok")
+    assert m.cond is not None
+    m.cond = replace(m.cond, mask=bytes(8))
+    assert (copy, "cond", "staged-read") in rules(verify(blind, be))
+    bypass = build_chain(False, "big", geo, (variant,))
+    c = bypass.wr(copy)
+    assert c.cond is not None
+    c.cond = replace(c.cond, word=replace(c.cond.word, producers=tuple(
+        p for p in c.cond.word.producers if not p.endswith("_rdok"))))
+    assert (copy, "cond", "staged-read") in rules(verify(bypass, be))

@@ -139,6 +139,39 @@ def test_drop_while_an_allocation_reads_a_block_of_many_packets() -> None:
     assert reasons.get(TORN_READ) == 1
 
 
+@pytest.mark.parametrize("where", ["read cut", "read done", "copy cut", "read cut, cores busy"])
+def test_v2_stages_a_store_read_of_many_packets(where: str) -> None:
+    """Decision C24: chains v2 read a Read source of several packets (256 KiB blocks)
+    into staging and copy it into the block only if the Read's CQE shows no error. A
+    failure that cuts the Read (also while other work holds the target's cores, so the
+    chain runs on past the Read's flushed CQE) leaves the block as it was and the STORE
+    is forgotten; one after the Read (before or during the copy) is served again from
+    staging. No divergence either way, and the chain, not the CPU, served the STORE."""
+    seen: dict[str, object] = {}
+    divs = run_drop_after_store_read(
+        "ideal-be", observe=seen, block_size=256 * 1024, chains="v2",
+        first_packet=where.startswith("read cut"), during_copy=where == "copy cut",
+        busy_ns=200_000.0 if "busy" in where else 0.0)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    server = seen["server"]
+    assert TORN_READ not in server.fallback_reasons.get("STORE", {})  # type: ignore[attr-defined]
+    salvaged = server.salvaged  # type: ignore[attr-defined]
+    assert salvaged == ({"Read-source store": 1} if where.startswith("read cut")
+                        else {"Read-source store, data read": 1})
+
+
+@pytest.mark.parametrize("during_copy", [False, True])
+def test_v2_stages_an_allocation_read_of_many_packets(during_copy: bool) -> None:
+    """The same for an allocation (decision C24): cut in its Read or in its copy, the
+    salvage finishes or returns it as the software target would; no divergence."""
+    seen: dict[str, object] = {}
+    divs = run_drop_during_alloc_read("ideal-be", observe=seen, chains="v2",
+                                      during_copy=during_copy)
+    assert divs == [], [d.as_dict() for d in divs[:3]]
+    reasons = seen["server"].fallback_reasons["ALLOC_STORE"]  # type: ignore[attr-defined]
+    assert TORN_READ not in reasons
+
+
 def test_rdmap_placement_at_the_target_keeps_everything_on_the_cpu() -> None:
     """O7: with the target NIC placing its RDMA Writes RDMAP-style, a loopback patch's or
     marker's CQE does not imply its placement, and chains once read stale WQE fields and

@@ -52,6 +52,8 @@ KINDS = {
     "v2-free-no-readers": {"load-data"},
     "v2-load-no-readers": {"load-data"},
     "v2-free-genwrap": {"completion", "state"},
+    # chains v2's staged Read source (C24): copied into the block though the Read was cut
+    "v2-staged-unchecked": {"load-data", "state"},
 }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.ir import Addr, CondSpec, Const, Role, WrTemplate
+from kbtpsim.chains.lowering import CCQE
 from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
 from kbtpsim.chains.v2.dispatch import dispatched, is_private
 from kbtpsim.chains.v2.lanes import lane_variant
@@ -27,6 +28,28 @@ class SlotQueues(ChainServer):
     docstring). Meant for rings of one round (chains v2)."""
 
     BARRIER_WRS = 1
+
+    def _ccq_depth(self, cpu_slots: int) -> int | None:
+        """Decision C24: where a chain tests a data Read's CQE, the connection QP's CQ has
+        its buffer in host memory, one round of credits deep: credit n's k-th CQE on it
+        (its connection WRs', then its CPU slots', in ring order) is then CQE number
+        ``n * per_credit + k``, at the same place every round. It never overruns: a
+        credit slot runs again only after the CPU saw its CQEs (it grants finished
+        credits)."""
+        if not any(w.cond is not None and w.cond.word.loc.startswith(f"buf:{CCQE}_")
+                   for w in self.templates):
+            return None
+        per_credit = sum(1 for w in self.templates
+                         if w.role is Role.CONN and w.signaled) + cpu_slots
+        return self.credits * per_credit
+
+    def _conn_cqe_addr(self, cr: _Credit, wr: str) -> int:
+        ring = [w for w in self.templates if w.role is Role.CONN]
+        names = [w.name for w in ring]
+        if wr not in names:
+            raise ValueError(f"buf:{CCQE}_{wr}: {wr} is no connection WR of the chain")
+        pos = sum(1 for w in ring[:names.index(wr)] if w.signaled)
+        return self.chain_cq.slot_addr(cr.number * self.conn_cqes + pos)
 
     def _barrier_wrs(self) -> int:
         return self.BARRIER_WRS if self.cpu_slots else 0
