@@ -39,17 +39,28 @@ class SlotQueues(ChainServer):
         if not any(w.cond is not None and w.cond.word.loc.startswith(f"buf:{CCQE}_")
                    for w in self.templates):
             return None
-        per_credit = sum(1 for w in self.templates
-                         if w.role is Role.CONN and w.signaled) + cpu_slots
-        return self.credits * per_credit
+        return self.credits * self._conn_cqes_of(cpu_slots)
+
+    def _conn_cqes_of(self, cpu_slots: int) -> int:
+        """CQEs one credit puts on the connection QP's CQ: its signaled connection WRs
+        and its CPU slots."""
+        return sum(1 for w in self.templates if w.role is Role.CONN and w.signaled) \
+            + cpu_slots
 
     def _conn_cqe_addr(self, cr: _Credit, wr: str) -> int:
-        ring = [w for w in self.templates if w.role is Role.CONN]
-        names = [w.name for w in ring]
-        if wr not in names:
+        """Where credit ``cr``'s connection WR ``wr`` writes its CQE (:meth:`_ccq_depth`):
+        its position among the credit's signaled connection WRs, in ring order."""
+        pos = getattr(self, "_ccqe_pos", None)
+        if pos is None:
+            pos, n = {}, 0
+            for w in self.templates:
+                if w.role is Role.CONN:
+                    pos[w.name] = n
+                    n += w.signaled
+            self._ccqe_pos = pos
+        if wr not in pos:
             raise ValueError(f"buf:{CCQE}_{wr}: {wr} is no connection WR of the chain")
-        pos = sum(1 for w in ring[:names.index(wr)] if w.signaled)
-        return self.chain_cq.slot_addr(cr.number * self.conn_cqes + pos)
+        return self.chain_cq.slot_addr(cr.number * self.conn_cqes + pos[wr])
 
     def _barrier_wrs(self) -> int:
         return self.BARRIER_WRS if self.cpu_slots else 0
@@ -95,8 +106,7 @@ class SlotQueues(ChainServer):
         self.worker_cqes = sum(1 for w in self.templates
                                if w.role is Role.WORKER and w.signaled
                                and lane_variant(w.lane) not in subs)
-        self.conn_cqes = sum(1 for w in self.templates
-                             if w.role is Role.CONN and w.signaled) + self.cpu_slots
+        self.conn_cqes = self._conn_cqes_of(self.cpu_slots)
 
     def _plan_dispatch(self) -> None:
         """Sizes of a dispatched chain's per-variant queues (none without dispatch)."""
