@@ -431,13 +431,11 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
     def drained(self) -> bool:
         """Nothing of the chains writes memory any more: every QP (recycler included)
         has no work request in flight but WAITs that will never be satisfied, and the
-        connection QP's CQEs of those that ended have been generated (a completion
-        engine can write a CQE after the WR has retired: the ``cqe`` fault; missing a
+        CQEs the CPU reads of those that ended have been generated (a completion engine
+        can write a CQE after the WR has retired: the ``cqe`` fault; missing a
         COMPLETION Send's, a LOAD whose COMPLETION the initiator had was salvaged as
-        never served; decision C24). The other CQs' late CQEs are not waited for: the
-        masters' and the gate's only feed WAITs, and waiting for the lanes' delays the
-        salvage by tens of microseconds, which a campaign found diverging (race, seed 1,
-        every fault, docs/oracle.md)."""
+        never served; decision C24). The masters' and the gate's late CQEs are not
+        waited for: they only feed WAITs, and after a failure they come one by one."""
         recyclers = tuple(self.recyclers)
         for q in (*self.queues().values(), *recyclers):
             if q.state is not QpState.ERROR and q not in recyclers:
@@ -445,8 +443,8 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
                    for ctx in q.pending):
                 return False
-        if self.chain_cq.incoming:  # the connection QP's: its COMPLETION Sends
-            return False
+        if any(cq.incoming for cq in self.polled_cqs()):  # the lanes' and the
+            return False  # connection QP's: commits, COMPLETION Sends
         return self.responders_idle(recyclers)
 
     def stop(self, now: int) -> None:
