@@ -18,7 +18,6 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
-from kbtpsim.chains.lowering import RSTG
 from kbtpsim.chains.steps import StepHelpers
 from kbtpsim.chains.vocab import GO, SEAL, Variant, window8
 from kbtpsim.nic.wqe import Opcode
@@ -169,25 +168,14 @@ class AllocSteps(StepHelpers):
                 gather=(Read("buf:stg", bs, ("recv",), "inline data"),), cond=ready,
                 remote_kind="pool", note="write the data into the block"))
         elif staged:  # decision C24
-            self.add(WrTemplate(
-                "ar_read", Role.CONN, Opcode.RDMA_READ, v.name, st[9],
-                fields={"raddr": Placed("p_dd_alloc_read", "DD Tagged Offset", ro, "patch"),
-                        "rkey": Placed("p_dd_alloc_read", "DD STag", ro, "patch")},
-                places=(Place(f"buf:{RSTG}", bs, "the initiator's data (staging)"),),
-                cond=ready, remote_kind="initiator",
-                note="RDMA Read of the data into the credit's staging buffer (C24)"))
+            self.staging_read(v, "ar_read", st[9], ready)
             rdok = self.read_ok_marker(v, "ar_read", st[9] + 1, arm2, 4)
             ready = CondSpec(Read(f"buf:{arm2}", 8, (*ready.word.producers, rdok),
                                   "second arm word"),
                              *window8(GO * 5, b"\xff" * 5),
                              "slot ready for this ticket, the data Read complete")
-            self.add(WrTemplate(
-                data_wr, Role.WORKER, Opcode.RDMA_WRITE, v.name, st[9] + 2,
-                fields={"raddr": Placed(f"{tag}_p_bo", "slot Block Offset", ro, "patch"),
-                        "rkey": Addr("key:pool")},
-                gather=(Read(f"buf:{RSTG}", bs, ("ar_read",), "the staged data"),),
-                cond=ready, remote_kind="pool",
-                note="copy the staged data into the block, the Read having completed"))
+            self.staged_copy(v, data_wr, "ar_read", st[9] + 2, f"{tag}_p_bo",
+                             "slot Block Offset", ready)
         else:
             self.add(WrTemplate(
                 data_wr, Role.CONN, Opcode.RDMA_READ, v.name, st[9],

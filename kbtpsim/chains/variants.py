@@ -379,27 +379,15 @@ class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
         COMPLETION and commit follow. A connection failure that cuts the Read leaves the
         block as it was (its flushed CQE fails the test); one that cuts the copy leaves
         the staging buffer whole, from which the CPU serves the STORE again (O5)."""
-        bs, ro = self.geo.block_size, self.ro
         self.patch("p_bo_sr", v.name, 3, [("buf:bo+4", 8, "entry Block Offset")],
-                   "wqe:sr_copy.raddr", "entry Block Offset", ro, ("read_entry",))
+                   "wqe:sr_copy.raddr", "entry Block Offset", self.ro, ("read_entry",))
 
         def data() -> None:
             n = len(self.arm_producers[v.name])
-            self.add(WrTemplate(
-                "sr_read", Role.CONN, Opcode.RDMA_READ, v.name, 4,
-                fields={"raddr": Placed("p_dd_store_read", "DD Tagged Offset", ro, "patch"),
-                        "rkey": Placed("p_dd_store_read", "DD STag", ro, "patch")},
-                places=(Place(f"buf:{RSTG}", bs, "the initiator's data (staging)"),),
-                cond=self.armed(v, n), remote_kind="initiator",
-                note="RDMA Read of the data into the credit's staging buffer (C24)"))
+            self.staging_read(v, "sr_read", 4, self.armed(v, n))
             self._read_ok_marker(v, "sr_read", 5)
-            self.add(WrTemplate(
-                "sr_copy", Role.WORKER, Opcode.RDMA_WRITE, v.name, 6,
-                fields={"raddr": Placed("p_bo_sr", "entry Block Offset", ro, "patch"),
-                        "rkey": Addr("key:pool")},
-                gather=(Read(f"buf:{RSTG}", bs, ("sr_read",), "the staged data"),),
-                cond=self.armed(v, n + 1), remote_kind="pool",
-                note="copy the staged data into the block, the Read having completed"))
+            self.staged_copy(v, "sr_copy", "sr_read", 6, "p_bo_sr", "entry Block Offset",
+                             self.armed(v, n + 1))
 
         self._store_common(v, 6, data)
         n = len(self.arm_producers[v.name])
@@ -407,6 +395,32 @@ class VariantSteps(DirectLoadSteps, RecvLoadSteps, AllocSteps, FreeSteps):
                          "buf:bo", ("read_entry",))
         self._early_release(v, 8, self.armed(v, n))
         self._commit(v, 9)
+
+    def staging_read(self, v: Variant, name: str, step: int, cond: CondSpec) -> None:
+        """Decision C24: the RDMA Read ``name`` of the initiator's data into the credit's
+        staging buffer (its address and key patched from the Data Descriptor)."""
+        ro, dd = self.ro, f"p_dd_{v.name}"
+        self.add(WrTemplate(
+            name, Role.CONN, Opcode.RDMA_READ, v.name, step,
+            fields={"raddr": Placed(dd, "DD Tagged Offset", ro, "patch"),
+                    "rkey": Placed(dd, "DD STag", ro, "patch")},
+            places=(Place(f"buf:{RSTG}", self.geo.block_size,
+                          "the initiator's data (staging)"),),
+            cond=cond, remote_kind="initiator",
+            note="RDMA Read of the data into the credit's staging buffer (C24)"))
+
+    def staged_copy(self, v: Variant, name: str, read: str, step: int, bo_patch: str,
+                    bo_what: str, cond: CondSpec) -> None:
+        """Decision C24: the loopback Write ``name`` of the octets ``read`` staged into
+        the block whose offset ``bo_patch`` placed (``cond`` must test the Read's CQE:
+        rule ``staged-read``)."""
+        self.add(WrTemplate(
+            name, Role.WORKER, Opcode.RDMA_WRITE, v.name, step,
+            fields={"raddr": Placed(bo_patch, bo_what, self.ro, "patch"),
+                    "rkey": Addr("key:pool")},
+            gather=(Read(f"buf:{RSTG}", self.geo.block_size, (read,), "the staged data"),),
+            cond=cond, remote_kind="pool",
+            note="copy the staged data into the block, the Read having completed"))
 
     def _read_ok_marker(self, v: Variant, read: str, step: int) -> None:
         """:meth:`read_ok_marker` into the variant's arm word, as its next marker."""

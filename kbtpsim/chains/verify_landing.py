@@ -60,12 +60,8 @@ def _check_staged_reads(chain: Chain, out: list[Violation]) -> None:
         if not staged:
             continue
         reads = {p for r in staged for p in r.producers}
-        tested = set()
-        if wr.cond is not None:
-            for p in wr.cond.word.producers:
-                m = by_name.get(p)
-                if m is not None and _tests_cqe(m):
-                    tested.add(m.cond.word.loc.split("+")[0][len(f"buf:{CCQE}_"):])  # type: ignore[union-attr]
+        producers = wr.cond.word.producers if wr.cond is not None else ()
+        tested = {_cqe_tested(by_name[p]) for p in producers if p in by_name}
         missing = sorted(reads - tested)
         if missing:
             out.append(Violation(
@@ -76,11 +72,12 @@ def _check_staged_reads(chain: Chain, out: list[Violation]) -> None:
                 "(decision C24)"))
 
 
-def _tests_cqe(wr: WrTemplate) -> bool:
-    """``wr`` is a marker that a connection WR's CQE (``buf:ccqe_WR``) is a requester's
-    completion: it tests the opcode nibble of the CQE's last octet for ``CQE_REQ``."""
+def _cqe_tested(wr: WrTemplate) -> str | None:
+    """The connection WR whose CQE (``buf:ccqe_WR``) ``wr`` tests to be a requester's
+    completion (the opcode nibble of its last octet ``CQE_REQ``), or None."""
     c = wr.cond
-    if c is None or not c.word.loc.startswith(f"buf:{CCQE}_") or \
-            not c.word.loc.endswith(f"+{CQE_OP_OWN - 7}"):
-        return False
-    return c.mask[7] & 0xF0 == 0xF0 and c.compare[7] & 0xF0 == CQE_REQ << 4
+    head, _, off = c.word.loc.partition("+") if c is not None else ("", "", "")
+    if c is None or not head.startswith(f"buf:{CCQE}_") or off != str(CQE_OP_OWN - 7) \
+            or c.mask[7] & 0xF0 != 0xF0 or c.compare[7] & 0xF0 != CQE_REQ << 4:
+        return None
+    return head[len(f"buf:{CCQE}_"):]
