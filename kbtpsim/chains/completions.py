@@ -223,8 +223,14 @@ class CreditCompletions:
                 w = self.templates[c.wr_id & 0x3FFF]
                 cr.served = w.name.removeprefix("commit_")
                 cr.commit_time = c.time
+            elif c.wr_id & 0x3FFF in self.ticket_fas and c.status is not WcStatus.SUCCESS:
+                # an error CQE's opcode is not defined (ibv_poll_cq(3): only wr_id,
+                # status, qp_num and vendor_err are), and a flushed FetchAdd took a
+                # Ticket only if its result landed (:meth:`_finish`); counted as taken,
+                # the untouched sentinel read as Ticket 0xFFFFFFFF (docs/oracle.md)
+                cr.ticket_error_time = c.time
             elif (c.wr_id & 0x3FFF in self.ticket_fas
-                  and c.opcode is WcOpcode.MASKED_FETCH_ADD):
+                  and c.opcode is WcOpcode.MASKED_FETCH_ADD):  # not skipped by its test
                 cr.ticket_taken = True
                 cr.ticket_time = c.time
             elif (c.wr_id & 0x3FFF in self.completion_sends and c.opcode is WcOpcode.SEND
@@ -297,12 +303,14 @@ class CreditCompletions:
         if unbound is None and self.failed_at is not None and "fr_old" in cr.bufs and \
                 self.nic.host.memory.read(cr.bufs["fr_old"], 8) != b"\xff" * 8:
             unbound = self.failed_at  # it ran; its CQE was lost with the connection
-        ticket_time = cr.ticket_time
-        if taken and ticket_time is None:  # it ran; its CQE was lost with the connection
-            ticket_time = self.failed_at
+        # it ran: its CQE, else its error CQE (the FetchAdd had reached Head when the
+        # connection failed), else none (lost with the connection: the failure's time)
+        cqe_time = (cr.ticket_time if cr.ticket_taken else cr.ticket_error_time) \
+            if taken else None
+        ticket_time = self.failed_at if taken and cqe_time is None else cqe_time
         return Finished(cr.number, served, self.request_bytes(cr), now, ticket,
-                        self._effect_time(cr), read, unbound,
-                        ticket_time if taken else None, cr.bound_time, cr.entry_read_time)
+                        self._effect_time(cr, cqe_time), read, unbound,
+                        ticket_time, cr.bound_time, cr.entry_read_time)
 
     def arrived(self) -> int | None:
         """The next credit to finish, if its request has arrived (receive CQE polled)
@@ -324,15 +332,17 @@ class CreditCompletions:
         self.finished += 1
         return Finished(cr.number, None, self.request_bytes(cr), now)
 
-    def _effect_time(self, cr: _Credit) -> int | None:
+    def _effect_time(self, cr: _Credit, ticket_time: int | None = None) -> int | None:
         """When the credit's request took effect in the NIC (``Finished.nic_time``): an
-        allocation at its FetchAdd on Head, a LOAD when its table-entry Read sampled the
-        entry (a FREE after that instant does not change what it delivers), a STORE at
-        its table-entry Write, otherwise the chain's last completion."""
+        allocation at its FetchAdd's CQE (``ticket_time``: None if none came or it took
+        no Ticket),
+        a LOAD when its table-entry Read sampled the entry (a FREE after that instant does
+        not change what it delivers), a STORE at its table-entry Write, otherwise the
+        chain's last completion."""
         if cr.unbound_time is not None:  # a FREE: at its unbind (C20)
             return cr.unbound_time
-        if cr.ticket_taken:
-            return cr.ticket_time
+        if ticket_time is not None:
+            return ticket_time
         op = VARIANTS[cr.served].op if cr.served in VARIANTS else None
         if op == "LOAD" and cr.entry_read_time is not None:
             return cr.entry_read_time

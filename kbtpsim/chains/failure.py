@@ -48,11 +48,12 @@ class ChainFailure:
         or flushed) and every memory write the NIC issued for them (a responder's
         placement or atomic result, a Read response) is visible: nothing of the chains
         writes memory any more, and their CQEs have been generated (a completion
-        engine can write a CQE after the WR has retired: the ``cqe`` fault)."""
+        engine can write a CQE after the WR has retired: the ``cqe`` fault) and landed
+        where a poll sees them."""
         queues = self.queues().values()
         return all(qp.retired >= qp.post_index for qp in queues) \
-            and all(qp.send_cq.incoming == 0 and qp.recv_cq.incoming == 0
-                    for qp in queues) and self.responders_idle()
+            and not any(qp.send_cq.landing() or qp.recv_cq.landing()
+                        for qp in queues) and self.responders_idle()
 
     def responders_idle(self, others: tuple[QueuePair, ...] = ()) -> bool:
         """No packet of the connection's QPs (and ``others``) waits or is being handled,

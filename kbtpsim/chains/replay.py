@@ -12,7 +12,8 @@ received (COMPLETION, HELLO_ACK; a LOAD's data from the window's buffer) and the
 target's own STag invalidations become the same JSON lines, in arrival order.
 
 Differences from the software runner, by design: time passes (each step settles for
-:data:`SETTLE_PS`; ``advance_ms`` runs the clock, the server's timer fires the
+:data:`SETTLE_PS`, a DISCONNECT until the target has processed it; ``advance_ms`` runs
+the clock, the server's timer fires the
 deadlines); DIRECT_ALLOC steps are the runner's one-sided accesses performed on the
 server's target directly (as the software runner does), not NIC traffic; TAKE_TICKET
 holds the ALLOC_STORE in the CPU path on every profile
@@ -207,8 +208,17 @@ class _ChainRunner(_Runner):
         qp = self.qps.pop(conn, None)
         if qp is not None and qp.state.name != "ERROR":
             qp.to_error()
-        self.server.close(self.sconns[conn])
+        sconn = self.sconns[conn]
+        self.server.close(sconn)
         self._settle()
+        # the target learns of the disconnect once the server has stopped the
+        # connection's chains and taken stock of them (decision O5): a flush writes a
+        # CQE for every WR posted, which takes longer than a step settles where chains
+        # are long (cx5: about 300 us for 25 k WRs), so wait for it (at most 20 steps)
+        for _ in range(20):
+            if sconn.conn_id not in self.target.connections:
+                break
+            self._settle()
 
     def _disconnect(self, name: str, conn: int) -> None:
         self._close(conn)

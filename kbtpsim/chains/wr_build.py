@@ -64,8 +64,11 @@ class _Credit:
     served: str | None = None
     recv_len: int | None = None
     alloc_armed: bool = False  #: the CPU allowed an ALLOC_STORE in this credit (quota)
-    ticket_taken: bool = False
-    ticket_time: int | None = None  #: CQE time of the FetchAdd on Head (Tail: a FREE)
+    ticket_taken: bool = False  #: the FetchAdd on Head (Tail: a FREE) completed
+    ticket_time: int | None = None  #: CQE time of that FetchAdd
+    #: CQE time of that FetchAdd completed in error (flushed with the connection): it
+    #: may have taken its Ticket or not, which only its result buffer tells
+    ticket_error_time: int | None = None
     unbound_time: int | None = None  #: CQE time of a FREE's unbind (decision C20)
     bound_time: int | None = None  #: when an ALLOC_STORE's Generation add landed
     last_time: int | None = None  #: latest CQE time of the credit's chain

@@ -187,6 +187,14 @@ class CompletionQueue:
         for hook in self.hooks:
             hook(cqe)
 
+    def landing(self) -> bool:
+        """Whether CQEs are on their way that a poll cannot see yet: decided and not
+        written (``incoming``: a busy completion unit), or written and not landed (a
+        DMA write, one PCIe latency). Their landing times increase in push order (one
+        completion unit, posted writes in order), so the last one lands last."""
+        entries = self._entries
+        return self.incoming > 0 or (bool(entries) and entries[-1].time > self.env.now)
+
     def slot_addr(self, index: int) -> int:
         """Address of the buffer slot CQE number ``index`` is written to."""
         if self.buffer_addr is None:

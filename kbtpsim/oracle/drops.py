@@ -50,6 +50,48 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_drop_during_ticket(profile: str = "ideal-be", seed: int = 1,
+                           chains: str = "v2",
+                           observe: dict[str, Any] | None = None) -> list[Divergence]:
+    """X's inline ALLOC_STORE: the moment its chain's FetchAdd on Head has started, before
+    it reaches Head, X's connection fails at the target (the target closes it and stops
+    the chains): the FetchAdd is flushed, having taken no Ticket. Its flushed CQE must
+    not count as a Ticket taken (the chain server once read the untouched result
+    buffer's sentinel as Ticket 0xFFFFFFFF, and linearised the events of every later
+    Ticket before it; the CPU then finished an allocation with that Ticket:
+    docs/oracle.md, Findings). ``observe`` gets the server (``"server"``) and the
+    FetchAdd's completion status (``"fetch_add"``)."""
+    spec = Spec(seed=seed, profile=profile, ops=0, faults=Faults(drop_p=1.0), chains=chains)
+    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=512)
+    run = _Run(spec, None, pool)
+    env, server, x = run.env, run.server, run.inis["X"]
+    head = server.layout.rings[0].head_addr if server.layout else 0
+    order = server.layout.counter_byte_order if server.layout else "big"
+    mem = server.nic.host.memory
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield x.connect(server)
+        run.new_connections()
+        (conn,) = server.connections.values()
+        cs = server.chain_server(conn)
+        alloc = x.alloc_store(X_HANDLE, b"X" * 512, seal=True)
+        fetch_add = None
+        while fetch_add is None:  # the FetchAdd started: its context is pending
+            for cr in cs.live.values():
+                qp, idx = cr.index.get("ai_fa_head", (None, -1))
+                if qp is not None and fetch_add is None:
+                    fetch_add = next((c for c in qp.pending if c.index == idx), None)
+            yield env.timeout(10)
+        assert mem.read_u64(head, order) >> 32 == 0, "the FetchAdd reached Head"
+        server.close(conn, "failed")
+        yield from _drop_and_reconnect(run, x, alloc)
+        run.keep(x, (yield x.alloc_store(X_HANDLE + 1, b"Y" * 512, seal=True)))
+        if observe is not None:
+            observe["server"], observe["fetch_add"] = server, fetch_add.done.value
+
+    return _run_scripted(run, scenario())
+
+
 def _other_work(server: Any, ps: int) -> Generator[simpy.Event, Any, None]:
     """Other work on one of the target's cores for ``ps`` (the server thread waits)."""
     with server.cpu.request() as core:

@@ -236,7 +236,9 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
                     counts.append(CountField(r, idx, wr.opcode.name, tgt, delta))
             private = [c for c in counts if self.sub_wrs  # dispatch: a variant's own
                        and is_private(c.target.split("#", 1)[0])]
-            counts = [c for c in counts if c not in private]  # advanced by the variant
+            if private:  # advanced by the variant (its advancer), not the segment
+                mine = {id(c) for c in private}
+                counts = [c for c in counts if id(c) not in mine]
             self._slots[s].private = private
             modified: set[tuple[str, int]] = set()
             for name in wqe_dests:
@@ -431,11 +433,13 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
     def drained(self) -> bool:
         """Nothing of the chains writes memory any more: every QP (recycler included)
         has no work request in flight but WAITs that will never be satisfied, and the
-        CQEs the CPU reads of those that ended have been generated (a completion engine
-        can write a CQE after the WR has retired: the ``cqe`` fault; missing a
-        COMPLETION Send's, a LOAD whose COMPLETION the initiator had was salvaged as
-        never served; decision C24). The masters' and the gate's late CQEs are not
-        waited for: they only feed WAITs, and after a failure they come one by one."""
+        CQEs the CPU reads of those that ended have landed where a poll sees them (a
+        completion engine can write a CQE after the WR has retired: the ``cqe`` fault;
+        missing a COMPLETION Send's, a LOAD whose COMPLETION the initiator had was
+        salvaged as never served, decision C24; a flush writes a CQE for every WR left,
+        which can keep the completion unit busy for tens of microseconds). The masters'
+        and the gate's late CQEs are not waited for: they only feed WAITs, and after a
+        failure they come one by one."""
         recyclers = tuple(self.recyclers)
         for q in (*self.queues().values(), *recyclers):
             if q.state is not QpState.ERROR and q not in recyclers:
@@ -443,7 +447,7 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
             if any(not ctx.done.triggered and ctx.opcode is not Opcode.WAIT
                    for ctx in q.pending):
                 return False
-        if any(cq.incoming for cq in self.polled_cqs()):  # the lanes' and the
+        if any(cq.landing() for cq in self.polled_cqs()):  # the lanes' and the
             return False  # connection QP's: commits, COMPLETION Sends
         return self.responders_idle(recyclers)
 
