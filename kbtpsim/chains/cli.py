@@ -211,8 +211,9 @@ def add_chains_parser(subparsers: Any) -> None:
         q.add_argument("--addr-le", action="store_true", help="the target sets ADDR_LE")
         q.add_argument("--block-size", metavar="SIZE", default="4KiB",
                        help="the target's Block Size (and Max Inline), e.g. 64KiB "
-                       "(default 4KiB); a Read source above the profile's mtu stays on "
-                       "the CPU (rule torn-read)")
+                       "(default 4KiB); a Read source above the profile's mtu is "
+                       "staged with chains v2 and native conditions (decision C24), "
+                       "else stays on the CPU (rule torn-read)")
         q.add_argument("--chains", choices=("default", "v1", "v2"), default="default",
                        help="the chain design (target.chains): the profile's default (v2 "
                        "where it can re-arm chains, else v1), v1, or v2 (lanes, WAITs per "

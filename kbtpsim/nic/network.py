@@ -33,7 +33,8 @@ TAPS: dict[simpy.Environment, Callable[[Any, Callable[[Any], None], int], None]]
 class LinkDirection:
     """One direction of a link."""
 
-    __slots__ = ("delay_ps", "env", "overhead", "ps_per_byte", "senders", "wire")
+    __slots__ = ("_last_arrival", "delay_ps", "env", "fault_hook", "overhead", "ps_per_byte",
+                 "senders", "wire")
 
     def __init__(self, env: simpy.Environment, name: str, gbps: float, delay_ps: int,
                  overhead: int, tracer: Tracer | None = None, nic: str = "") -> None:
@@ -45,6 +46,10 @@ class LinkDirection:
         #: the QPs that send through ``wire`` (shared with every :meth:`sharing` twin);
         #: the fast fidelity books bursts ahead only on a serialiser with one sender
         self.senders: set[int] = set()
+        #: fault injection (kbtpsim.oracle): ``hook(pkt)`` -> extra ps the packet stays in
+        #: flight; later packets of the direction still arrive after it (in order)
+        self.fault_hook: Callable[[Any], int] | None = None
+        self._last_arrival = 0
 
     @property
     def busy_ps(self) -> int:
@@ -63,6 +68,8 @@ class LinkDirection:
         twin.overhead = self.overhead
         twin.wire = self.wire
         twin.senders = self.senders
+        twin.fault_hook = None
+        twin._last_arrival = 0
         return twin
 
     def send(self, pkt: Any, deliver: Callable[[Any], None], at: int | None = None) -> None:
@@ -75,7 +82,11 @@ class LinkDirection:
             tap = TAPS.get(env)
             if tap is not None:
                 tap(pkt, deliver, left - busy)
-        arrival = env.timeout(left + self.delay_ps - env.now, pkt)
+        at_far_end = left + self.delay_ps
+        if self.fault_hook is not None:  # held in flight, in order (a fault)
+            at_far_end = max(at_far_end + self.fault_hook(pkt), self._last_arrival)
+            self._last_arrival = at_far_end
+        arrival = env.timeout(at_far_end - env.now, pkt)
         arrival.callbacks.append(lambda ev: deliver(ev.value))
 
 

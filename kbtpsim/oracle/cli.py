@@ -265,8 +265,8 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    help="operation mixes: default, valid, invalid, churn, fill, race, "
                         "pipeline (default: default,pipeline)")
     q.add_argument("--faults", metavar="F,...",
-                   help="delay, stall, hold, cqe, reorder, reorder-target, slot, drop, rogue (see "
-                   "docs/oracle.md)")
+                   help="delay, stall, hold, cqe, wire, reorder, reorder-target, slot, "
+                   "drop, rogue (see docs/oracle.md)")
     q.add_argument("--mutant", metavar="NAME", help="run with a catalogue mutant")
     q.add_argument("--reference", choices=("target", "model"), default="target",
                    help="the shadow the campaigns compare with: the software target "

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from kbtpsim.oracle.node import ObservedServer
     from kbtpsim.system.server import ServerConnection
 
-FAULT_NAMES = ("delay", "stall", "hold", "cqe", "reorder", "reorder-target", "slot", "drop",
-               "rogue")
+FAULT_NAMES = ("delay", "stall", "hold", "cqe", "wire", "reorder", "reorder-target", "slot",
+               "drop", "rogue")
 
 
 @dataclass(frozen=True)
@@ -74,12 +74,19 @@ class Faults:
     #: with this probability, by up to ``hold_ns`` (a slow processing unit)
     hold_p: float = 0.0
     hold_ns: float = 2000.0
+    #: each packet on the target NIC's loopback path (its chains' Reads, atomics, Writes
+    #: and their responses) stays in flight longer with this probability, by up to
+    #: ``wire_ns``, the packets behind it waiting (in order): a connection failure then
+    #: finds more of a chain's work requests on their way
+    wire_p: float = 0.0
+    wire_ns: float = 2000.0
 
     @property
     def names(self) -> list[str]:
         out = []
         for name, on in (("delay", self.delay is not None), ("stall", self.stall_p > 0),
                          ("hold", self.hold_p > 0), ("cqe", self.cqe_p > 0),
+                         ("wire", self.wire_p > 0),
                          ("reorder", self.reorder_ns > 0 and not self.reorder_target),
                          ("reorder-target", self.reorder_target), ("slot", self.slot_ns > 0),
                          ("drop", self.drop_p > 0), ("rogue", self.rogue)):
@@ -105,6 +112,8 @@ def parse_faults(text: str) -> Faults:
             f = replace(f, hold_p=0.02)
         elif name == "cqe":
             f = replace(f, cqe_p=0.05)
+        elif name == "wire":
+            f = replace(f, wire_p=0.3)
         elif name == "reorder":
             f = replace(f, reorder_ns=500.0)
         elif name == "reorder-target":
@@ -175,6 +184,16 @@ def install(server: ObservedServer, faults: Faults, seed: int,
             return 0
 
         server.nic.cqe_hook = late_cqe
+    if faults.wire_p > 0:
+        wire_ps = round(faults.wire_ns * 1000)
+
+        def held_in_flight(_pkt: object) -> int:
+            if rng.random() < faults.wire_p:
+                count("wire_holds")
+                return rng.randrange(1, wire_ps + 1)
+            return 0
+
+        server.nic.loopback.fault_hook = held_in_flight
     seen: dict[str, int] = {}
 
     def per_connection(conn: ServerConnection) -> None:

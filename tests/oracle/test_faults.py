@@ -41,7 +41,7 @@ def test_draft_interleaving_example_on_the_nic() -> None:
 
 @pytest.mark.parametrize(("profile", "fault", "event", "seed"), [
     ("ideal-be", "stall", "fetch_stalls", 4), ("ideal-be", "cqe", "cqe_delays", 4),
-    ("ideal-be", "hold", "wr_holds", 4),
+    ("ideal-be", "hold", "wr_holds", 4), ("ideal-be", "wire", "wire_holds", 4),
     ("ideal-be", "reorder", None, 4),
     ("ideal-be", "slot", "slot_writes_delayed", 4), ("ideal-be", "rogue", "abandoned", 4),
     ("cx5-upstream", "drop", "dropped", 1), ("cx5", "drop", "salvaged", 1),
@@ -111,6 +111,17 @@ def test_drop_while_a_chain_takes_its_ticket(profile: str) -> None:
     assert seen["fetch_add"] is not WcStatus.SUCCESS  # the scenario reached its point
     server = seen["server"]
     assert sum(server.salvaged.values()) >= 1, server.salvaged  # type: ignore[attr-defined]
+
+
+def test_drop_with_a_congested_loopback_path() -> None:
+    """Fault ``wire`` (the target NIC's loopback packets held in flight) with ``drop``:
+    connection failures find a chain's FetchAdd on Head on its way. Before the fix of
+    ``test_drop_while_a_chain_takes_its_ticket`` this campaign diverged (47
+    divergences: a Ticket the shadow had not issued)."""
+    res = run_campaign(Spec(seed=4, profile="ideal-be", addr_le=False, ops=120, mix="fill",
+                            phases=2, chains="v2", faults=parse_faults("drop,wire")))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+    assert res.events.get("wire_holds", 0) > 0 and res.events.get("salvaged", 0) > 0
 
 
 @pytest.mark.parametrize("profile", ["ideal-be", "ideal"])
