@@ -335,10 +335,9 @@ class CreditCompletions:
     def _effect_time(self, cr: _Credit, ticket_time: int | None = None) -> int | None:
         """When the credit's request took effect in the NIC (``Finished.nic_time``): an
         allocation at its FetchAdd's CQE (``ticket_time``: None if none came or it took
-        no Ticket),
-        a LOAD when its table-entry Read sampled the entry (a FREE after that instant does
-        not change what it delivers), a STORE at its table-entry Write, otherwise the
-        chain's last completion."""
+        no Ticket), a LOAD when its table-entry Read sampled the entry (a FREE after that
+        instant does not change what it delivers), a STORE at its table-entry Write,
+        otherwise the chain's last completion."""
         if cr.unbound_time is not None:  # a FREE: at its unbind (C20)
             return cr.unbound_time
         if ticket_time is not None:
