@@ -6,7 +6,7 @@ its divergences)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
@@ -31,15 +31,13 @@ def run_drop_during_allocation(profile: str = "ideal-be", seed: int = 1,
     run = _Run(spec, None, pool)
     env, server = run.env, run.server
     x = run.inis["X"]
-    head = server.layout.rings[0].head_addr if server.layout else 0
-    order = server.layout.counter_byte_order if server.layout else "big"
-    mem = server.nic.host.memory
+    tickets = _head_tickets(run)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield x.connect(server)
         run.new_connections()
         proc = x.alloc_store(X_HANDLE, b"X" * 4096, seal=True)
-        while mem.read_u64(head, order) >> 32 < 1:  # the chain holds its ticket
+        while tickets() < 1:  # the chain holds its ticket
             yield env.timeout(100_000)
         yield from _drop_and_reconnect(run, x, proc)
         res = yield x.store(X_HANDLE, b"Y" * 4096, inline=True)
@@ -61,13 +59,9 @@ def run_drop_during_ticket(profile: str = "ideal-be", seed: int = 1,
     Ticket before it; the CPU then finished an allocation with that Ticket:
     docs/oracle.md, Findings). ``observe`` gets the server (``"server"``) and the
     FetchAdd's completion status (``"fetch_add"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0, faults=Faults(drop_p=1.0), chains=chains)
-    pool = Pool(initiators=(("X", X_HANDLE, "default", 2),), blocks=4, block_size=512)
-    run = _Run(spec, None, pool)
-    env, server, x = run.env, run.server, run.inis["X"]
-    head = server.layout.rings[0].head_addr if server.layout else 0
-    order = server.layout.counter_byte_order if server.layout else "big"
-    mem = server.nic.host.memory
+    run, x = _dropping_run(profile, seed, 4, 512, chains)
+    env, server = run.env, run.server
+    tickets = _head_tickets(run)
 
     def scenario() -> Generator[simpy.Event, Any, None]:
         yield x.connect(server)
@@ -82,7 +76,7 @@ def run_drop_during_ticket(profile: str = "ideal-be", seed: int = 1,
                 if qp is not None and fetch_add is None:
                     fetch_add = next((c for c in qp.pending if c.index == idx), None)
             yield env.timeout(10)
-        assert mem.read_u64(head, order) >> 32 == 0, "the FetchAdd reached Head"
+        assert tickets() == 0, "the FetchAdd reached Head"
         server.close(conn, "failed")
         yield from _drop_and_reconnect(run, x, alloc)
         run.keep(x, (yield x.alloc_store(X_HANDLE + 1, b"Y" * 512, seal=True)))
@@ -90,6 +84,15 @@ def run_drop_during_ticket(profile: str = "ideal-be", seed: int = 1,
             observe["server"], observe["fetch_add"] = server, fetch_add.done.value
 
     return _run_scripted(run, scenario())
+
+
+def _head_tickets(run: _Run) -> Callable[[], int]:
+    """The Tickets taken so far on the shared ring's Head (its high half), read live."""
+    server = run.server
+    head = server.layout.rings[0].head_addr if server.layout else 0
+    order = server.layout.counter_byte_order if server.layout else "big"
+    mem = server.nic.host.memory
+    return lambda: mem.read_u64(head, order) >> 32
 
 
 def _other_work(server: Any, ps: int) -> Generator[simpy.Event, Any, None]:

@@ -174,26 +174,23 @@ def install(server: ObservedServer, faults: Faults, seed: int,
             env.timeout(delay).callbacks.append(land)
 
         server.slot_write_hook = in_flight
-    if faults.cqe_p > 0:
-        cqe_ps = round(faults.cqe_ns * 1000)
+    def sometimes(p: float, ns: float, event: str) -> Callable[[object], int]:
+        """A hook: with probability ``p`` an extra delay of up to ``ns`` (counted)."""
+        ps = round(ns * 1000)
 
-        def late_cqe(_cq: object) -> int:
-            if rng.random() < faults.cqe_p:
-                count("cqe_delays")
-                return rng.randrange(1, cqe_ps + 1)
+        def extra(_what: object) -> int:
+            if rng.random() < p:
+                count(event)
+                return rng.randrange(1, ps + 1)
             return 0
 
-        server.nic.cqe_hook = late_cqe
-    if faults.wire_p > 0:
-        wire_ps = round(faults.wire_ns * 1000)
+        return extra
 
-        def held_in_flight(_pkt: object) -> int:
-            if rng.random() < faults.wire_p:
-                count("wire_holds")
-                return rng.randrange(1, wire_ps + 1)
-            return 0
-
-        server.nic.loopback.fault_hook = held_in_flight
+    if faults.cqe_p > 0:  # late CQEs (a busy completion engine)
+        server.nic.cqe_hook = sometimes(faults.cqe_p, faults.cqe_ns, "cqe_delays")
+    if faults.wire_p > 0:  # loopback packets held in flight
+        server.nic.loopback.fault_hook = sometimes(faults.wire_p, faults.wire_ns,
+                                                   "wire_holds")
     seen: dict[str, int] = {}
 
     def per_connection(conn: ServerConnection) -> None:
