@@ -39,6 +39,13 @@ from kbtpsim.system.results import ConnectionLost, OpResult, RdmaError
 from kbtpsim.target import InitiatorConfig, TargetConfig
 from kbtpsim.wire import Feature
 
+#: a phase's watchdog: it fails when no request has completed for PHASE_IDLE_PS (a hang),
+#: or when the phase runs past PHASE_CAP_PS (a livelock); until 2026-12-06 a phase had a
+#: fixed 5 ms, which cx5's chains behind a congested loopback path (fault ``wire``) need
+#: more than for 100 requests, and which the campaigns reported as a hang
+PHASE_IDLE_PS = 5_000_000_000
+PHASE_CAP_PS = 100_000_000_000
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -126,6 +133,22 @@ class _Run:
         while not ev.triggered and self.env.now < end:
             if not self.run_env(min(end, self.env.now + 1_000_000_000)):
                 return False
+        return ev.triggered
+
+    def run_while_progressing(self, ev: simpy.Event, idle_ps: int, cap_ps: int) -> bool:
+        """Run until ``ev`` triggers; give up when no request has completed for
+        ``idle_ps`` (a hang), or after ``cap_ps`` in all (a livelock). A watchdog on
+        progress, not on time: a slow path (cx5's chains behind a congested loopback take
+        several times longer per request) is not a hang."""
+        end = self.env.now + cap_ps
+        seen, since = self.requests, self.env.now
+        while not ev.triggered and self.env.now < end:
+            if not self.run_env(min(end, self.env.now + 1_000_000_000)):
+                return False
+            if self.requests != seen:
+                seen, since = self.requests, self.env.now
+            elif self.env.now - since >= idle_ps:
+                break
         return ev.triggered
 
     def keep(self, ini: ObservedInitiator, res: Any) -> Any:
@@ -251,13 +274,15 @@ class _Run:
                 procs.append(self.env.process(self.rogue()))
             done = self.env.all_of(procs)
             self.env.process(self._watch_connections(done))
-            ok = self.run_until(done, 5_000_000_000)
+            ok = self.run_while_progressing(done, PHASE_IDLE_PS, PHASE_CAP_PS)
             if not ok:
                 stuck = [a.ini.name for a, pr in zip(self.actors, procs, strict=False)
                          if pr.is_alive]
                 divs = [Divergence("missing", f"phase {p}: requests of {stuck} never "
-                                   "completed (a chain or the target hangs)",
-                                   order=1 << 62)]
+                                   f"completed (no request completed for "
+                                   f"{PHASE_IDLE_PS // 1_000_000} us, or the phase ran "
+                                   f"past {PHASE_CAP_PS // 1_000_000} us: a chain or the "
+                                   "target hangs)", order=1 << 62)]
             if spec.faults.rogue and p == 0:  # let the Ticket Timeout reclaim
                 self.run_env(self.env.now + 3_000_000_000)
             got = self.checkpoint(final=p == spec.phases - 1)

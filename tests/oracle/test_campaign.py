@@ -4,11 +4,13 @@ profile (the default suite's small campaign; the larger one is marked ``slow``).
 from __future__ import annotations
 
 import pytest
+import simpy
 
 from kbtpsim.oracle.campaign import MIXES, Spec, run_campaign
 from kbtpsim.oracle.cli import default_profiles
 from kbtpsim.oracle.events import Event, linearise
 from kbtpsim.oracle.faults import parse_faults
+from kbtpsim.oracle.lockstep import PHASE_IDLE_PS, Gen, _Run
 
 
 @pytest.mark.parametrize("profile", default_profiles())
@@ -134,3 +136,54 @@ def test_long_campaigns_with_every_fault(mix: str, seed: int, faults: str,
                             mix=mix, phases=4, chains="v2", free_on_nic=free_on_nic,
                             faults=parse_faults(faults)))
     assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+
+
+class _Watched:
+    """What ``_Run.run_while_progressing`` reads of a run: its environment, its count of
+    requests completed, and ``run_env``."""
+
+    def __init__(self) -> None:
+        self.env = simpy.Environment()
+        self.requests = 0
+
+    def run_env(self, until: int) -> bool:
+        self.env.run(until=until)
+        return True
+
+
+def _complete_every(run: _Watched, gap_ps: int, count: int) -> Gen:
+    for _ in range(count):
+        yield run.env.timeout(gap_ps)
+        run.requests += 1
+
+
+@pytest.mark.parametrize("gap_ms,count,cap_ms,finishes", [
+    (3, 10, 100, True),    # 30 ms in all, a request every 3 ms: slow, not a hang
+    (3, 2, 100, False),    # stops after 6 ms: 5 ms without a completion is a hang
+    (3, 40, 60, False),    # progresses, but past the cap: a livelock
+])
+def test_a_phase_watchdog_tells_slow_from_stuck(gap_ms: int, count: int, cap_ms: int,
+                                                finishes: bool) -> None:
+    """A phase fails on no progress for PHASE_IDLE_PS, not on a fixed time: until
+    2026-12-06 a fixed 5 ms called cx5's slow chains behind a congested loopback a hang."""
+    run = _Watched()
+    gap = gap_ms * 1_000_000_000
+    work = run.env.process(_complete_every(run, gap, count))
+    done = run.env.all_of([work]) if finishes else run.env.event()
+    got = _Run.run_while_progressing(run, done, PHASE_IDLE_PS,  # type: ignore[arg-type]
+                                     cap_ms * 1_000_000_000)
+    assert got is finishes
+    if not finishes:
+        assert run.env.now <= min(cap_ms * 1_000_000_000,
+                                  count * gap + PHASE_IDLE_PS + 1_000_000_000)
+
+
+def test_cx5_chains_behind_a_congested_loopback_path() -> None:
+    """The campaign that seemed to hang (docs/oracle.md, Findings, 2026-12-06): cx5's
+    chains behind a congested loopback path need 8 ms for a phase of 100 requests, more
+    than the fixed 5 ms a phase had; with the watchdog on progress it completes and
+    agrees."""
+    res = run_campaign(Spec(seed=1, profile="cx5", addr_le=False, ops=100, mix="pipeline",
+                            phases=1, chains="v2", faults=parse_faults("wire")))
+    assert res.ok, [d.as_dict() for d in res.divergences[:3]]
+    assert res.sim_us > PHASE_IDLE_PS / 1e6  # longer than the old fixed limit
