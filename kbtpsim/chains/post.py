@@ -318,7 +318,10 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
                 self.nic.host.memory.write(cr.bufs[arm] + 7, b"\x01")
         # index assignment, then shapes (for field offsets), then the real WRs
         counters: dict[QueuePair, int] = {}  # each queue's next index, from its post index
-        first_master = next((w.name for w in self.per_credit[Role.MASTER]), None)
+        # the CPU-slot barrier follows the master's WAIT for the gate (since decision
+        # C25 a LOAD may be dispatched before it: that WAIT is no longer the first)
+        masters = [w.name for w in self.per_credit[Role.MASTER]]
+        first_master = "wait_prev" if "wait_prev" in masters else next(iter(masters), None)
         for w in self.templates:
             if w.role is Role.RECV:
                 continue

@@ -129,6 +129,9 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
         #: counts (per-operation dispatch) (mutants), or None
         self.recycle_hook: Any = None
         self.advance_hook: Any = None
+        #: a mutant (kbtpsim.oracle): changes each connection's chain as prepared
+        #: (after chains v2's lanes and dispatch), before it is posted, unverified
+        self.prepared_hook: Any = None
         blockers = recycle_blockers(prof) if chains == "v2" else []
         if blockers:
             raise ValueError(f"target.chains: v2 cannot run on NIC profile {prof.name!r}: "
@@ -243,6 +246,8 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
         cls = self.chain_server_class if plan.offloaded else ChainServer
         chain = prepare_chain(self.chains_version, plan.chain, self.nic.profile,
                               check=self.verify_chains)
+        if self.prepared_hook is not None:
+            self.prepared_hook(chain)
         extra: dict[str, Any] = {}
         if cls is not ChainServer and self.recycle_hook is not None:
             extra["recycle_hook"] = self.recycle_hook

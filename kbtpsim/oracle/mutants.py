@@ -63,6 +63,7 @@ from kbtpsim.oracle.transforms import (
     v2_load_recv_unguarded,
     v2_load_skip_entry,
     v2_load_skip_sealed,
+    v2_load_ungated,
     v2_skip_restore,
     v2_skip_wqe_restore,
     v2_staged_unchecked,
@@ -245,6 +246,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("alloc-shared-oldw", alloc_shared_oldw, "ALLOC_STORE's skip-0 add reads the "
            "word both ALLOC_STORE variants write: an allocation at 0xFFFF skips 0 twice",
            scenario=_generation_wrap_v1),
+    Mutant("v2-load-ungated", V2Mutation(prepared=v2_load_ungated), "chains v2 "
+           "(decision C25): a LOAD dispatched before the gate reads its entry without "
+           "waiting for the gate, out of its connection's request order", mix="pipeline",
+           chains="v2"),
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),
@@ -286,6 +291,13 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
             by_v = by_variant(private)
             m.transform.advance(by_v)
             return check_advance(by_v, private, server.adv_wrs)
+        if m.transform.prepared is not None:  # the prepared chain: dispatch's rules
+            from kbtpsim.chains.v2.dispatch import check_dispatch
+
+            chain = copy.deepcopy(server.chain)
+            before = set(check_dispatch(chain))
+            m.transform.prepared(chain)
+            return sorted(set(check_dispatch(chain)) - before)
         plan = copy.deepcopy(server._slots[0].plan)
         assert plan is not None
         assert m.transform.recycle is not None

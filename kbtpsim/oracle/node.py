@@ -44,8 +44,11 @@ class V2Mutation:
 
     def __init__(self, recycle: Callable[[RecyclePlan], None] | None = None,
                  advance: Callable[[dict[str, list[CountField]]], None] | None = None,
-                 quiesce: bool = True) -> None:
+                 quiesce: bool = True,
+                 prepared: Callable[[Chain], None] | None = None) -> None:
         self.recycle = recycle
+        #: changes the chain as prepared (in lanes, dispatched), not the compiled one
+        self.prepared = prepared
         #: per-operation dispatch: changes every slot's advancers (counts by variant)
         self.advance = advance
         #: False: frees return their block at once although v2's LOADs do not re-read
@@ -139,6 +142,7 @@ class ObservedServer(OffloadedTargetServer):
         if isinstance(chain_transform, V2Mutation):
             self.recycle_hook = chain_transform.recycle
             self.advance_hook = chain_transform.advance
+            self.prepared_hook = chain_transform.prepared
         self.tap = TargetTap(self.target, self.recorder)
         self.tap.slot_hook = self._slot_written
         self.target = self.tap  # type: ignore[assignment]

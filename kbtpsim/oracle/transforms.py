@@ -424,6 +424,16 @@ def v2_dispatch_stale_advance(by_variant: dict[str, list[CountField]]) -> None:
         raise MutantNotApplicable("no variant WAIT on its own CQ (no dispatch)")
 
 
+def v2_load_ungated(chain: Chain) -> None:
+    """Chains v2 (decision C25), on the chain as prepared: the LOAD's sub-master does not
+    WAIT for its connection's gate before its entry Read (its WAIT counts the credit's
+    own receive, which has come), so a connection's LOADs read the table in any order,
+    and a LOAD may read its entry before the STORE or FREE ahead of it took effect."""
+    for w in _need(_wrs(chain, lambda w: w.name == "wait_prev_load"), "the LOAD's gate WAIT"):
+        w.fields["target"] = Addr("cq:recv")
+        w.fields["count"] = Const(1, "this credit's receive")
+
+
 def v2_free_genwrap(chain: Chain) -> None:
     """The FREE's Generation marker tests 0xFFFE: a FREE at 0xFFFF unbinds to Generation 0
     (decision C20; draft, "Generation": never 0)."""

@@ -54,6 +54,9 @@ KINDS = {
     "v2-free-genwrap": {"completion", "state"},
     # chains v2's staged Read source (C24): copied into the block though the Read was cut
     "v2-staged-unchecked": {"load-data", "state"},
+    # C25: a LOAD dispatched before the gate reads its entry without waiting for it (its
+    # connection-QP ENABLE runs the credit ahead's WRs before they are ready)
+    "v2-load-ungated": {"missing", "completion", "connection", "load-data"},
 }
 
 
@@ -83,6 +86,11 @@ def test_the_recycle_rules_reject_the_v2_mutants_statically(name: str) -> None:
 def test_the_advance_rule_rejects_the_dispatch_mutant_statically() -> None:
     found = static_findings(CATALOGUE["v2-dispatch-stale-advance"])
     assert found and all(f.startswith("dispatch-advanced") for f in found), found
+
+
+def test_the_gated_rule_rejects_the_ungated_load_statically() -> None:
+    found = static_findings(CATALOGUE["v2-load-ungated"])
+    assert found and all(f.startswith("dispatch-gated") for f in found), found
 
 
 def test_verifier_rejects_the_dropped_wait_statically() -> None:

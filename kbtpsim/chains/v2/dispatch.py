@@ -59,6 +59,7 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.v2.gating import check_gated, credit_local
 from kbtpsim.chains.v2.lanes import lane_variant, requeue
 from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.profile import NicProfile
@@ -139,9 +140,11 @@ def _steps(wrs: list[WrTemplate]) -> list[int]:
     return sorted({w.step for w in wrs})
 
 
-def split_variants(chain: Chain) -> Chain:
+def split_variants(chain: Chain, early: bool = True) -> Chain:
     """``chain`` (in lanes, before :func:`~kbtpsim.chains.v2.waits.split_waits`) with
-    per-operation dispatch (module docstring)."""
+    per-operation dispatch (module docstring); ``early``: a variant that reads nothing of
+    the common part is dispatched before the gate, its own sub-master WAITing for it
+    (decision C25; False: after the gate, as before C25, and for a mutant)."""
     g = chain.graph
     variants = [v for v in VARIANTS if any(w.part == v for w in chain.wrs())]
     if not variants:
@@ -195,6 +198,8 @@ def split_variants(chain: Chain) -> Chain:
 
     sub: dict[str, list[WrTemplate]] = {}
     a_end: dict[str, int] = {}  # variant -> sub-master WRs in its phase A
+    #: C25: variant -> the master's conditional ENABLEs of its credit-local first lanes
+    pre: dict[str, list[WrTemplate]] = {}
     for v in variants:
         work = [w for w in mine[v] if w.role is Role.WORKER]
         conn = [w for w in mine[v] if w.role is Role.CONN]
@@ -210,6 +215,13 @@ def split_variants(chain: Chain) -> Chain:
             a_steps.append(s)
         seq_v: list[WrTemplate] = []
         waited_w = waited_c = 0
+        if whole and early:  # decision C25: dispatched before the gate, which its own
+            # sub-master WAITs for first; the master ENABLEs the credit-local lanes of
+            # its first step itself (beside, so that a LOAD at window 1 pays one WAIT)
+            seq_v.append(_wr(f"wait_prev_{v}", v, steps[0], Opcode.WAIT, "cq:gate",
+                             Const(0, "credits before this one"),
+                             f"the credits before have released the gate: {v}'s WRs "
+                             "that are not credit-local run after it"))
         for i, s in enumerate(steps):
             if i:
                 prev = steps[i - 1]
@@ -233,8 +245,17 @@ def split_variants(chain: Chain) -> Chain:
                     by_lane.setdefault(w.lane, []).append(w)
             # the connection QP first: its WRs cross the network, the longest path of
             # a step (decision C16: the LOAD's early release shares its step)
-            for role, ws in (("qp:conn", [w for w in conn if w.step == s]),
-                             *((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items())):
+            groups = [("qp:conn", [w for w in conn if w.step == s]),
+                      *((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items())]
+            if whole and early and i == 0:  # C25: the master runs these before the gate
+                local = [(r, ws) for r, ws in groups if r != "qp:conn" and ws
+                         and all(credit_local(w) for w in ws)]
+                groups = [g for g in groups if g not in local]
+                for role, ws in local:
+                    e = _dispatch_lane(v, role, conds[v], ws[-1].name, 0)
+                    rel[e.name] = [w.name for w in ws]
+                    pre.setdefault(v, []).append(e)
+            for role, ws in groups:
                 if not ws:
                     continue
                 what = "connection QP" if role == "qp:conn" else (
@@ -247,7 +268,7 @@ def split_variants(chain: Chain) -> Chain:
                 seq_v.append(e)
             if a_steps and s == a_steps[-1] and not whole:
                 a_end[v] = len(seq_v)
-        n_adv = sum(1 for w in seq_v if is_private(_target(w))) + 1 + (
+        n_adv = sum(1 for w in seq_v + pre.get(v, []) if is_private(_target(w))) + 1 + (
             1 if whole else 2 if v in a_end else 1)  # + its own ENABLE, the dispatch(es)
         seq_v.append(_wr(f"advance_{v}", v, steps[-1], Opcode.ENABLE, f"qp:adv@{v}",
                          Const(n_adv, f"{v}'s advancer: one {v} round to its own counts"),
@@ -255,12 +276,19 @@ def split_variants(chain: Chain) -> Chain:
         if whole:
             a_end[v] = len(seq_v)
         sub[v] = seq_v
-    seq = [replace(chain.wr(n)) for n in ("wait_prev", "wait_recv")]
-    for v in variants:
-        if v in a_end:
-            d = _dispatch(v, "a", conds[v], sub[v][a_end[v] - 1].name, 1)
-            rel[d.name] = [w.name for w in sub[v][:a_end[v]]]
-            seq.append(d)
+    # C25: the receive, the variants that WAIT for the gate themselves, then the gate
+    seq = [replace(chain.wr("wait_recv"))]
+    gated_here = {v for v in sub if sub[v][0].name == f"wait_prev_{v}"}
+    for group in (gated_here, set(sub) - gated_here):
+        for v in variants:
+            if v in a_end and v in group:
+                d = _dispatch(v, "a", conds[v], sub[v][a_end[v] - 1].name,
+                              0 if group is gated_here else 1)
+                rel[d.name] = [w.name for w in sub[v][:a_end[v]]]
+                seq.append(d)
+                seq.extend(pre.get(v, []))
+        if group is gated_here:
+            seq.append(replace(chain.wr("wait_prev")))
     waited = 0
     for s in _steps(common):
         lanes: dict[str, list[WrTemplate]] = {}
@@ -337,6 +365,17 @@ def _dispatch(v: str, phase: str, cond: CondSpec, through: str, step: int) -> Wr
                        f"if the request is {v}'s"), cond=cond)
 
 
+def _dispatch_lane(v: str, role: str, cond: CondSpec, through: str,
+                   step: int) -> WrTemplate:
+    """Decision C25: the master's ENABLE of one of ``v``'s credit-local lanes, before the
+    gate, conditional on the request being ``v``'s (as ``v``'s dispatch ENABLE)."""
+    lane = role.split("@", 1)[1]
+    return replace(_wr(f"dispatch_l_{lane}", "", step, Opcode.ENABLE, role,
+                       Addr(f"wr:{through}", 1), f"run {v}'s credit-local lane {lane} "
+                       f"through {through} before the gate, if the request is {v}'s"),
+                   cond=cond)
+
+
 def _edges(out: Chain, masters: list[list[WrTemplate]], rel: dict[str, list[str]],
            mine: dict[str | None, list[WrTemplate]]) -> None:
     """Queue order (per master, per lane), ENABLE and COMPLETION edges."""
@@ -346,8 +385,9 @@ def _edges(out: Chain, masters: list[list[WrTemplate]], rel: dict[str, list[str]
         for w in seq:
             for r in rel.get(w.name, []):
                 out.edge(w.name, r, EdgeKind.ENABLE)
-            if w.opcode is not Opcode.WAIT or w.name in ("wait_prev", "wait_recv"):
-                continue
+            if w.opcode is not Opcode.WAIT or w.name.startswith("wait_prev") or \
+                    w.name == "wait_recv":
+                continue  # they count earlier credits' CQEs
             ref = _target(w)  # each WAIT counts the CQEs of the WRs it waits for
             if ref == "cq:gate":
                 for x in out.wrs():
@@ -412,7 +452,7 @@ def check_dispatch(chain: Chain) -> list[str]:
         if v is not None and not (w.lane == v or w.name.startswith("dispatch_")):
             out.append(f"dispatch-private: {w.name} names {v}'s own queue outside {v}'s "
                        "sub-master")
-    return out
+    return out + check_gated(chain)
 
 
 __all__ = ["DispatchError", "check_dispatch", "dispatch_blockers",

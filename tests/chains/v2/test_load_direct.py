@@ -99,7 +99,9 @@ def test_guarded_rule_catches_an_entry_read_not_behind_the_markers() -> None:
 def test_the_load_runs_on_four_lanes_of_its_own_cq() -> None:
     """The LOAD's WRs run on its lane and three sub-lanes (``load__req``, ``load__dd``,
     ``load__cqe``), each a worker QP on the LOAD's CQ, released by the LOAD's
-    sub-master; the counts that name them are the LOAD's own (advanced in its rounds)."""
+    sub-master, or, for its credit-local lanes, by the master's conditional ENABLE before
+    the gate (decision C25); the counts that name them are the LOAD's own (advanced in
+    its rounds)."""
     from kbtpsim.chains.v2.dispatch import is_private
     from kbtpsim.chains.v2.lanes import lane_variant
 
@@ -109,7 +111,8 @@ def test_the_load_runs_on_four_lanes_of_its_own_cq() -> None:
     assert {lane_variant(x) for x in lanes} == {"load"}
     assert is_private("qp:worker@load__cqe") == "load"
     enables = {w.fields["target"].ref for w in ch.wrs()  # type: ignore[union-attr]
-               if w.lane == "load" and w.role.value == "master"
+               if w.role.value == "master" and (w.lane == "load"
+                                                or w.name.startswith("dispatch_l_load"))
                and w.opcode is not None and w.opcode.name == "ENABLE"}
     assert {f"qp:worker@{x}" for x in lanes} <= enables
     h = Harness("ideal-be", False, credits=2, chains="v2")

@@ -59,12 +59,14 @@ def test_sealed_loads_of_one_connection_overlap() -> None:
     """Simulated throughput (deterministic), three recyclers and grants per 32 credits
     (the defaults, decision C22): at window 8 the sealed LOADs of one connection overlap;
     LOADs of unsealed blocks (ALLOW_UNSEALED) do not, they hold the gate to their
-    COMPLETION, so a wider window gains them little."""
+    COMPLETION, so a wider window gains them little (since decision C25 their markers
+    and patches run before the gate: 1.07x)."""
     sealed = _loads(8, True) / _loads(1, True)
     unsealed = _loads(8, False) / _loads(1, False)
-    assert sealed > 1.6, sealed  # 1.73 at 160 LOADs (1.32 with two recyclers)
+    assert sealed > 1.6, sealed  # 1.77 at 160 LOADs (1.73 before C25; 1.32 with two
+    # recyclers before C22)
     assert _loads(8, True, recyclers=2) / _loads(1, True, recyclers=2) < sealed - 0.3
-    assert unsealed < 1.0 < sealed - 0.2, (sealed, unsealed)
+    assert unsealed < 1.15 < sealed - 0.4, (sealed, unsealed)
 
 
 def test_one_recycler_bounds_the_pipeline() -> None:
