@@ -268,6 +268,41 @@ def run_allocs_then_loads(profile: str = "ideal-be", seed: int = 1,
     return _run_scripted(run, scenario())
 
 
+def run_refused_alloc_then_load(profile: str = "ideal-be", seed: int = 1,
+                                observe: dict[str, Any] | None = None,
+                                chains: str = "v2", transform: Any = None,
+                                rounds: int = 3) -> list[Divergence]:
+    """Decision C19's condition made concrete: an ALLOC_STORE or STORE releases the next
+    credit early only when the NIC served it. A owns a pool of one block; it allocates
+    h, then sends, without waiting, an ALLOC_STORE of another handle (refused: the pool
+    is empty, so the CPU answers it) and a LOAD of h. The CPU writes the refusal's
+    COMPLETION into the allocation's CPU slots on the connection QP and then releases
+    the gate; a chain that released it early (mutant ``v2-early-always``) lets the LOAD
+    ENABLE the connection QP past those slots before the CPU has written them, and the
+    refusal never reaches A. Since decision C25 a credit's master WAITs for its receive
+    before the gate, so at window 1 the next request comes only after the COMPLETION:
+    the mutant needs a request right behind. ``observe`` gets the server."""
+    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
+    bs = SCRIPTED_BS
+    run, a = _solo_run(spec, transform, 1)
+    server, env = run.server, run.env
+    note = partial(run.keep, a)
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(server)
+        run.new_connections()
+        note((yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
+        for k in range(rounds):
+            procs = [a.alloc_store(X_HANDLE + 1 + k, b"2" * bs, seal=True),
+                     a.load(X_HANDLE, invalidate=False)]
+            for res in (yield env.all_of(procs)).values():
+                note(res)
+        if observe is not None:
+            observe["server"] = server
+
+    return _run_scripted(run, scenario())
+
+
 def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
                         observe: dict[str, Any] | None = None, chains: str = "v2",
                         transform: Any = None,

@@ -30,6 +30,7 @@ from kbtpsim.oracle.interleaving import (
     run_generation_wrap,
     run_load_during_free,
     run_load_then_store,
+    run_refused_alloc_then_load,
     run_unsealed_loads,
 )
 from kbtpsim.oracle.node import V2Mutation
@@ -120,6 +121,15 @@ def _aliased_handles(seed: int, profile: str, transform: Any,
     outside the readable block: random campaigns name unknown handles inside it."""
     return run_aliased_handles(profile, seed, observe=observe, chains="v2",
                                transform=transform)
+
+
+def _refused_alloc_then_load(seed: int, profile: str, transform: Any,
+                             observe: dict[str, Any]) -> list[Any]:
+    """An ALLOC_STORE the CPU refuses with a LOAD right behind it on the connection: at
+    window 1 the next request comes only after the refusal's COMPLETION (a credit's
+    master WAITs for its receive before the gate since decision C25)."""
+    return run_refused_alloc_then_load(profile, seed, observe=observe, chains="v2",
+                                       transform=transform)
 
 
 def _generation_wrap(seed: int, profile: str, transform: Any,
@@ -216,7 +226,7 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            mix="invalid", profile="cx5", chains="v2"),
     Mutant("v2-stale-count", V2Mutation(v2_stale_count), "chains v2: the WAITs on the "
            "gate's, the slot's and the connection's CQs are not advanced between rounds",
-           mix="valid", chains="v2"),
+           mix="pipeline", chains="v2"),
     Mutant("v2-no-quiesce", V2Mutation(quiesce=False), "chains v2: a FREE returns its "
            "block to the ring at once, while another connection's LOAD chain, which does "
            "not re-read the entry, may still read the block (decision C13)",
@@ -239,7 +249,7 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            scenario=_load_then_store),
     Mutant("v2-early-always", v2_early_always, "chains v2 (pipelining): an "
            "ALLOC_STORE or STORE releases the next credit early even when the CPU serves it",
-           mix="fill", chains="v2"),
+           chains="v2", scenario=_refused_alloc_then_load),
     Mutant("v2-alloc-genwrap", v2_alloc_genwrap, "chains v2: the ALLOC_STORE's "
            "Generation marker tests 0xFFFE, so an allocation at 0xFFFF binds Generation 0 "
            "(decision C18)", chains="v2", scenario=_generation_wrap),

@@ -152,10 +152,13 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
     out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes),
                 dict(chain.headers))
     mine: dict[str | None, list[WrTemplate]] = {}
+    hoisted = _hoisted(chain) if early else {}
     for w in chain.wrs():
         if w.role is Role.MASTER:
             continue
         v = variant_of(w) if w.role in (Role.WORKER, Role.CONN) else None
+        if w.name in hoisted:  # C25: on v's sub-master (added with it, below)
+            continue
         keep = v is not None and w.lane.startswith(v + SUB_LANE)  # a sub-lane of v
         nw = replace(w, lane=w.lane if keep else v) if w.role is Role.WORKER \
             and v is not None else replace(w)
@@ -163,7 +166,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
         mine.setdefault(v, []).append(nw)
     masters = {n for n in g.nodes if chain.wr(n).role is Role.MASTER}
     for a, b, d in g.edges(data=True):
-        if a in masters or b in masters:
+        if a in masters or b in masters or a in hoisted or b in hoisted:
             continue  # re-made below
         if d["kind"] in (EdgeKind.QP_ORDER, EdgeKind.FENCE) and \
                 chain.wr(a).role is Role.WORKER:
@@ -266,6 +269,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
                         f"release {v}'s step {s} on the {what}")
                 rel[e.name] = [w.name for w in ws]
                 seq_v.append(e)
+            seq_v.extend(h for h in hoisted.values() if h.lane == v and h.step == s)
             if a_steps and s == a_steps[-1] and not whole:
                 a_end[v] = len(seq_v)
         n_adv = sum(1 for w in seq_v + pre.get(v, []) if is_private(_target(w))) + 1 + (
@@ -326,6 +330,12 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
     for v in variants:
         for w in sub[v]:
             out.add(w)
+    for a, b, d in g.edges(data=True):  # the hoisted releases' own edges (C25)
+        if (a in hoisted or b in hoisted) and a in out and b in out and \
+                d["kind"] not in (EdgeKind.QP_ORDER, EdgeKind.FENCE, EdgeKind.ENABLE):
+            out.edge(a, b, d["kind"])
+        elif a in hoisted and b in out and d["kind"] is EdgeKind.ENABLE:
+            out.edge(a, b, d["kind"])  # the release of the gate NOP
     _edges(out, [seq, *sub.values()], rel, mine)
     for a, b, d in g.edges(data=True):  # what the two first WAITs count, as before
         if d["kind"] is EdgeKind.COMPLETION and b in ("wait_prev", "wait_recv"):
@@ -363,6 +373,29 @@ def _dispatch(v: str, phase: str, cond: CondSpec, through: str, step: int) -> Wr
     return replace(_wr(f"dispatch_{phase}_{v}", "", step, Opcode.ENABLE, f"qp:master@{v}",
                        Addr(f"wr:{through}", 1), f"run {v}'s sub-master through {through} "
                        f"if the request is {v}'s"), cond=cond)
+
+
+def _hoisted(chain: Chain) -> dict[str, WrTemplate]:
+    """Decision C25: a variant's early release (``early_<v>``, a conditional ENABLE of
+    the gate) that its lane would run alone in its step runs on the variant's sub-master
+    instead, in that step's place: one ENABLE and one WQE fetch fewer between the gate
+    and the next credit. Name -> the WR as a sub-master WR."""
+    def lane_of(w: WrTemplate, v: str) -> str:
+        return w.lane if w.lane.startswith(v + SUB_LANE) else v
+
+    groups: dict[tuple[str, str, int], int] = {}
+    for w in chain.wrs():
+        v = variant_of(w) if w.role is Role.WORKER else None
+        if v is not None:
+            key = (v, lane_of(w, v), w.step)
+            groups[key] = groups.get(key, 0) + 1
+    out: dict[str, WrTemplate] = {}
+    for w in chain.wrs():
+        v = variant_of(w) if w.role is Role.WORKER else None
+        if v is not None and w.name == f"early_{v}" and w.opcode is Opcode.ENABLE \
+                and groups[(v, lane_of(w, v), w.step)] == 1:
+            out[w.name] = replace(w, role=Role.MASTER, lane=v)
+    return out
 
 
 def _dispatch_lane(v: str, role: str, cond: CondSpec, through: str,
