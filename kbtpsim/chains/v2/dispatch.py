@@ -159,8 +159,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
         v = variant_of(w) if w.role in (Role.WORKER, Role.CONN) else None
         if w.name in hoisted:  # C25: on v's sub-master (added with it, below)
             continue
-        keep = v is not None and w.lane.startswith(v + SUB_LANE)  # a sub-lane of v
-        nw = replace(w, lane=w.lane if keep else v) if w.role is Role.WORKER \
+        nw = replace(w, lane=_lane_of(w, v)) if w.role is Role.WORKER \
             and v is not None else replace(w)
         out.add(nw)
         mine.setdefault(v, []).append(nw)
@@ -375,25 +374,28 @@ def _dispatch(v: str, phase: str, cond: CondSpec, through: str, step: int) -> Wr
                        f"if the request is {v}'s"), cond=cond)
 
 
+def _lane_of(w: WrTemplate, v: str) -> str:
+    """The lane worker ``w`` of variant ``v`` runs on when dispatched: its own sub-lane
+    of ``v`` (``v__tag``), else ``v``'s lane."""
+    return w.lane if w.lane.startswith(v + SUB_LANE) else v
+
+
 def _hoisted(chain: Chain) -> dict[str, WrTemplate]:
     """Decision C25: a variant's early release (``early_<v>``, a conditional ENABLE of
     the gate) that its lane would run alone in its step runs on the variant's sub-master
     instead, in that step's place: one ENABLE and one WQE fetch fewer between the gate
     and the next credit. Name -> the WR as a sub-master WR."""
-    def lane_of(w: WrTemplate, v: str) -> str:
-        return w.lane if w.lane.startswith(v + SUB_LANE) else v
-
     groups: dict[tuple[str, str, int], int] = {}
     for w in chain.wrs():
         v = variant_of(w) if w.role is Role.WORKER else None
         if v is not None:
-            key = (v, lane_of(w, v), w.step)
+            key = (v, _lane_of(w, v), w.step)
             groups[key] = groups.get(key, 0) + 1
     out: dict[str, WrTemplate] = {}
     for w in chain.wrs():
         v = variant_of(w) if w.role is Role.WORKER else None
         if v is not None and w.name == f"early_{v}" and w.opcode is Opcode.ENABLE \
-                and groups[(v, lane_of(w, v), w.step)] == 1:
+                and groups[(v, _lane_of(w, v), w.step)] == 1:
             out[w.name] = replace(w, role=Role.MASTER, lane=v)
     return out
 
