@@ -315,7 +315,7 @@ def static_findings(m: Mutant, profile: str = "ideal-be") -> list[str]:
         wait = server._slots[0].rec_wait
         return check_recycle(plan, plan.counts + own_counts(plan, plan.base, wait,
                                                             server.master.sq_depth),
-                             plan.modified)
+                             plan.modified, server._slots[0].private)
     base = build_chain(prof.wqe_field_byte_order != "big",
                        prof.atomic_byte_order,  # type: ignore[arg-type]
                        Geometry(block_size=m.block_size, max_inline=m.block_size,

@@ -81,12 +81,19 @@ class RecyclePlan:
         return [f"{i:2d} {s.kind:15s} {s.about}" for i, s in enumerate(self.steps)]
 
 
-def runs(indices: list[int]) -> list[tuple[int, int]]:
-    """Contiguous runs (first, count) of sorted ``indices``."""
+def runs(indices: list[int], keep: frozenset[int] | set[int] = frozenset()
+         ) -> list[tuple[int, int]]:
+    """Contiguous runs (first, count) of sorted ``indices``; two runs are joined across
+    the indices between them unless one of those is in ``keep`` (a WQE whose count the
+    segment advances: a restore would rewind it). A WQE between two restored ones that
+    the chain does not modify holds its pristine octets, so restoring it too rewrites
+    the same octets, and one loopback Write does what two did (decision C26)."""
     out: list[tuple[int, int]] = []
     for i in sorted(indices):
         if out and out[-1][0] + out[-1][1] == i:
             out[-1] = (out[-1][0], out[-1][1] + 1)
+        elif out and not any(j in keep for j in range(out[-1][0] + out[-1][1], i)):
+            out[-1] = (out[-1][0], i + 1 - out[-1][0])
         else:
             out.append((i, 1))
     return out
@@ -94,21 +101,26 @@ def runs(indices: list[int]) -> list[tuple[int, int]]:
 
 def plan_recycle(counts: list[CountField], modified: set[tuple[str, int]],
                  scratch_len: int, seg_base: int, rec_wait_delta: int,
-                 master_enable_delta: int) -> RecyclePlan:
+                 master_enable_delta: int,
+                 private: list[CountField] | None = None) -> RecyclePlan:
     """The recycle segment of one credit slot, whose first WR is recycler WQE
     ``seg_base``: restores, count advances, the wait for them, the receive re-arm, the
     master ENABLE, and last the advances of the segment's own WAIT (by
-    ``rec_wait_delta``) and ENABLE (by ``master_enable_delta``), after they ran."""
+    ``rec_wait_delta``) and ENABLE (by ``master_enable_delta``), after they ran.
+    ``private``: the counts the variants' advancers advance (no restore may cover them
+    either)."""
     plan = RecyclePlan(counts=list(counts), modified=set(modified), base=seg_base)
     steps = plan.steps
     steps.append(RecycleStep("restore_scratch", "scratch (arm words, sentinels) <- pristine",
                              ("scratch", 0, scratch_len)))
     counted = {(c.qp, c.index) for c in counts}
+    every_count = counted | {(c.qp, c.index) for c in private or ()}
     by_qp: dict[str, list[int]] = {}
     for qp, idx in modified - counted:
         by_qp.setdefault(qp, []).append(idx)
     for qp in sorted(by_qp):
-        for first, n in runs(by_qp[qp]):
+        keep = {idx for q, idx in every_count if q == qp}
+        for first, n in runs(by_qp[qp], keep):
             steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{first + n - 1} "
                                      "<- pristine", (qp, first, n)))
     for qp, idx in sorted(modified & counted):  # a CAS-armed WAIT/ENABLE (cx5), or one
@@ -150,11 +162,13 @@ def own_counts(plan: RecyclePlan, seg_base: int, rec_wait_delta: int,
 
 
 def check_recycle(plan: RecyclePlan, chain_counts: list[CountField],
-                  chain_modified: set[tuple[str, int]]) -> list[str]:
+                  chain_modified: set[tuple[str, int]],
+                  private: list[CountField] | None = None) -> list[str]:
     """Verifier rule ``recycle-advanced`` (module docstring): findings, empty if sound.
 
     ``chain_counts`` are the credit's WAIT/ENABLE WQEs with the advance each needs per
-    round, ``chain_modified`` the WQEs its chain modifies, both as posted."""
+    round, ``chain_modified`` the WQEs its chain modifies, both as posted; ``private``
+    the counts the variants' advancers advance, which no restore may rewrite either."""
     out: list[str] = []
     advanced: dict[tuple[str, int], list[RecycleStep]] = {}
     for s in plan.steps:
@@ -176,12 +190,12 @@ def check_recycle(plan: RecyclePlan, chain_counts: list[CountField],
         out.append(f"recycle-advanced: {qp}#{idx}: advanced, but it is no count of the "
                    "credit")
     restored: set[tuple[str, int]] = set()
+    counted = {(c.qp, c.index) for c in (*chain_counts, *(private or ()))}
     for s in plan.steps:
         if s.kind in ("restore_wqes", "restore_ctrl"):
             qp, first, n = s.span
             restored.update((qp, i) for i in range(first, first + n))
-        if s.kind == "restore_wqes" and any((s.span[0], i) in {(c.qp, c.index)
-                                                               for c in chain_counts}
+        if s.kind == "restore_wqes" and any((s.span[0], i) in counted
                                             for i in range(s.span[1],
                                                            s.span[1] + s.span[2])):
             out.append(f"recycle-advanced: {s.about} rewrites a WAIT/ENABLE count with "

@@ -248,7 +248,8 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
                 modified.update(("conn", slot.cpu_slot + i) for i in range(self.cpu_slots))
             plans.append((s, counts, modified))
         # slot 0's segment: its length and signaled WRs size the recycler (same per slot)
-        probe = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0)
+        probe = plan_recycle(plans[0][1], plans[0][2], self.slot_size, 0, 0, 0,
+                             self._slots[0].private)
         n_rec, p_rec = len(probe.steps), probe.signaled
         self.recyclers: list[QueuePair] = []
         for i, cq in enumerate(self.recycle_cqs):
@@ -259,13 +260,14 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         for s, counts, modified in plans:
             rec_i, pos = s % n_recyclers, s // n_recyclers
             wait_delta = len(range(rec_i, k, n_recyclers)) * p_rec
+            private = self._slots[s].private
             plan = plan_recycle(counts, modified, self.slot_size, pos * n_rec, wait_delta,
-                                self.master.sq_depth)
+                                self.master.sq_depth, private)
             if plan.signaled != p_rec or len(plan.steps) != n_rec:
                 raise RecycleError("chains v2: credit slots with different recycle segments")
             found = check_recycle(plan, counts + own_counts(plan, pos * n_rec, wait_delta,
                                                              self.master.sq_depth),
-                                  modified)
+                                  modified, private)
             if found:
                 raise RecycleError("; ".join(found))
             if self.recycle_hook is not None:  # a mutant: posted as changed, unverified

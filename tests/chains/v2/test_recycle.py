@@ -29,15 +29,38 @@ def plan() -> tuple[RecyclePlan, list[CountField]]:
 
 
 def test_runs_merge_contiguous_indices() -> None:
-    assert runs([5, 2, 3, 9]) == [(2, 2), (5, 1), (9, 1)]
+    assert runs([5, 2, 3, 9], {4, 7}) == [(2, 2), (5, 1), (9, 1)]
+
+
+def test_runs_join_across_wqes_that_hold_no_count() -> None:
+    """Decision C26: the WQEs between two restored runs are rewritten with their own
+    pristine octets, unless one holds a count the segment advances."""
+    assert runs([5, 2, 3, 9]) == [(2, 8)]
+    assert runs([5, 2, 3, 9], {7}) == [(2, 4), (9, 1)]
+    assert runs([5, 2, 3, 9], {4}) == [(2, 2), (5, 5)]
 
 
 def test_a_sound_plan_passes() -> None:
     p, counts = plan()
     assert check_recycle(p, counts, MODIFIED) == []
     kinds = [s.kind for s in p.steps]
-    assert kinds[0] == "restore_scratch" and kinds.count("restore_wqes") == 3  # runs
+    # the worker's runs 2..3 and 5 join across WQE 4 (no count); conn 0 alone
+    assert kinds[0] == "restore_scratch" and kinds.count("restore_wqes") == 2
+    assert [s.span for s in p.steps if s.kind == "restore_wqes"] == [("conn", 0, 1),
+                                                                      ("worker", 2, 4)]
     assert kinds.index("wait") < kinds.index("rearm_recv") < kinds.index("enable_master")
+
+
+def test_a_restore_over_an_advancers_count_is_caught() -> None:
+    """A restore may not cover a count a variant's advancer advances either (C26)."""
+    private = [CountField("worker", 4, "WAIT", "cq:chain@load", 3)]
+    joined, counts = plan()
+    assert check_recycle(joined, counts, MODIFIED, private) != []
+    kept = plan_recycle(COUNTS, MODIFIED, 256, 10, 36, 68, private)
+    assert [s.span for s in kept.steps if s.kind == "restore_wqes"] == [
+        ("conn", 0, 1), ("worker", 2, 2), ("worker", 5, 1)]
+    assert check_recycle(kept, COUNTS + own_counts(kept, 10, 36, 68), MODIFIED,
+                         private) == []
 
 
 def test_a_count_never_advanced_is_caught() -> None:
@@ -105,6 +128,18 @@ def test_every_credit_slot_of_a_real_chain_verifies(profile: str) -> None:
         sharing = sum(1 for o in s._slots.values() if o.recycler == s._slots[slot].recycler)
         assert s._slots[slot].rec_wait == sharing * p.signaled
         assert check_recycle(p, p.counts + own_counts(p, p.base, s._slots[slot].rec_wait,
-                                                      s.master.sq_depth), p.modified) == []
+                                                      s.master.sq_depth), p.modified,
+                             s._slots[slot].private) == []
+        # decision C26: no restore rewrites any WAIT/ENABLE count, the advancers' included
+        counts = {(c.qp, c.index) for c in (*p.counts, *s._slots[slot].private)}
+        for st in p.steps:
+            if st.kind == "restore_wqes":
+                role, first, n = st.span
+                assert not any((role, i) in counts for i in range(first, first + n)), st
+    if profile == "ideal-be":  # C26: one Write per ring for the connection QP's WQEs
+        first = s._slots[0].plan
+        assert first is not None
+        assert sum(1 for st in first.steps if st.kind == "restore_wqes"
+                   and st.span[0] == "conn") == 1
     # decision C16: the slots are dealt out over the recyclers in turn
     assert [s._slots[i].recycler for i in range(3)] == [i % s.RECYCLERS for i in range(3)]
