@@ -96,8 +96,12 @@ class CpuControl:
         self._cpu_slot_used.pop(credit, None)
         self._cpu_slot_index.pop(credit - 2 * self.credits, None)  # long re-posted
         if not self.software:
-            self.gate.enable(credit + 1)  # one gate NOP per credit, in order
+            self._release_gate(credit)
             self.mmio_writes += 1  # the CPU's ENABLE of the gate QP: a doorbell write
+
+    def _release_gate(self, credit: int) -> None:
+        """The CPU's ENABLE of the gate NOP that lets the credit after ``credit`` start."""
+        self.gate.enable(credit + 1)  # one gate NOP per credit, in order
 
     # ------------------------------------------------------------------ CPU slots
     def cpu_slots_free(self, credit: int) -> int:

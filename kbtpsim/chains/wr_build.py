@@ -86,6 +86,9 @@ class _Credit:
     #: chains v2: positions in the connection QP's ring of this credit's connection-WR
     #: CQEs seen (:meth:`kbtpsim.chains.v2.slots.SlotQueues._after_finish`)
     conn_seen: list[int] = field(default_factory=list)
+    #: chains v2 with dispatch: CQEs of its variant's advancer seen (C27: a credit is
+    #: reported before them; its slot is granted again after them)
+    adv_seen: int = 0
 
 
 class WrResolution:

@@ -59,6 +59,7 @@ from kbtpsim.oracle.transforms import (
     v2_early_unsealed,
     v2_free_genwrap,
     v2_free_no_readers,
+    v2_gate_stale,
     v2_load_no_readers,
     v2_load_recv_top,
     v2_load_recv_unguarded,
@@ -263,6 +264,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
     Mutant("v2-dispatch-stale-advance", V2Mutation(advance=v2_dispatch_stale_advance),
            "chains v2 (dispatch): a variant's advancer leaves its sub-master's WAITs on "
            "its own CQ where they were", mix="valid", chains="v2"),
+    Mutant("v2-gate-stale", V2Mutation(advance=v2_gate_stale), "chains v2 (decision "
+           "C27): a variant's advancer does not advance the releases of the variant's own "
+           "gate, so the next time the slot serves it the credits behind it wait for a "
+           "gate that stays shut", mix="valid", chains="v2"),
     Mutant("v2-free-no-readers", v2_free_no_readers, "chains v2, FREE on the NIC: the "
            "FREE does not test the handle's reader count, so it returns the block while "
            "another connection's LOAD may still read it (decision C20)", chains="v2",

@@ -424,6 +424,21 @@ def v2_dispatch_stale_advance(by_variant: dict[str, list[CountField]]) -> None:
         raise MutantNotApplicable("no variant WAIT on its own CQ (no dispatch)")
 
 
+def v2_gate_stale(by_variant: dict[str, list[CountField]]) -> None:
+    """Chains v2 with dispatch (decision C27): a variant's advancer does not advance the
+    ENABLEs of the variant's own gate (delta 0): the next time the slot serves that
+    variant, its release ENABLEs the gate NOP that already ran, so the credits behind it
+    wait for a gate that stays shut."""
+    hit = False
+    for v, counts in by_variant.items():
+        for i, c in enumerate(counts):
+            if c.target.startswith(f"qp:gate@{v}"):
+                counts[i] = replace(c, delta=0)
+                hit = True
+    if not hit:
+        raise MutantNotApplicable("no variant's own gate (no dispatch)")
+
+
 def v2_load_ungated(chain: Chain) -> None:
     """Chains v2 (decision C25), on the chain as prepared: the LOAD's sub-master does not
     WAIT for its connection's gate before its entry Read (its WAIT counts the credit's

@@ -33,6 +33,8 @@ KINDS = {
     "v2-stale-count": {"connection", "completion", "missing", "load-data"},
     # chains v2 with dispatch: a variant's own re-arming (its advancer)
     "v2-dispatch-stale-advance": {"connection", "completion", "missing", "load-data"},
+    # C27: a variant's advancer leaves the releases of its own gate where they were
+    "v2-gate-stale": {"missing", "connection", "completion"},
     # chains v2: a FREE's block back in the ring while a LOAD chain still reads it (C13)
     "v2-no-quiesce": {"load-data"},
     # chains v2: the LOAD's own entry test (C15)
@@ -83,8 +85,9 @@ def test_the_recycle_rules_reject_the_v2_mutants_statically(name: str) -> None:
     assert found and all(f.startswith("recycle-") for f in found), found
 
 
-def test_the_advance_rule_rejects_the_dispatch_mutant_statically() -> None:
-    found = static_findings(CATALOGUE["v2-dispatch-stale-advance"])
+@pytest.mark.parametrize("name", ["v2-dispatch-stale-advance", "v2-gate-stale"])
+def test_the_advance_rule_rejects_the_dispatch_mutants_statically(name: str) -> None:
+    found = static_findings(CATALOGUE[name])
     assert found and all(f.startswith("dispatch-advanced") for f in found), found
 
 

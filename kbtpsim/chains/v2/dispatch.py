@@ -59,15 +59,21 @@ from kbtpsim.chains.ir import (
     Role,
     WrTemplate,
 )
+from kbtpsim.chains.v2.belongs import (
+    DispatchError,
+    dispatched,
+    exclusive,
+    header_condition,
+    holds,
+    is_private,
+    variant_of,
+)
 from kbtpsim.chains.v2.gating import check_gated, credit_local
-from kbtpsim.chains.v2.lanes import lane_variant, requeue
+from kbtpsim.chains.v2.lanes import requeue
+from kbtpsim.chains.v2.vgates import check_gate_order, gates_per_variant
 from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.profile import NicProfile
 from kbtpsim.nic.wqe import Opcode
-
-
-class DispatchError(ValueError):
-    """A chain that the dispatch pass cannot split (the message says why)."""
 
 
 def dispatch_blockers(profile: NicProfile) -> list[str]:
@@ -76,64 +82,6 @@ def dispatch_blockers(profile: NicProfile) -> list[str]:
         return ["per-operation dispatch needs native conditional ENABLEs "
                 "(native_conditional); CAS-armed dispatch ENABLEs are not built"]
     return []
-
-
-def variant_of(w: WrTemplate) -> str | None:
-    """The variant a worker or connection WR belongs to (commit WRs by their name);
-    None for the common part."""
-    if w.part in VARIANTS:
-        return w.part
-    if w.part == "commit":
-        base = w.name.split(".", 1)[0]
-        for prefix in ("commit_", "release_"):
-            if base.startswith(prefix) and base[len(prefix):] in VARIANTS:
-                return base[len(prefix):]
-        raise DispatchError(f"dispatch: commit WR {w.name!r} names no variant")
-    return None
-
-
-def is_private(ref: str) -> str | None:
-    """The variant whose own queue a WAIT/ENABLE target ``ref`` names (its sub-master,
-    lane, CQ or advancer), else None."""
-    for kind in ("qp:master@", "qp:worker@", "cq:chain@", "qp:adv@"):
-        if ref.startswith(kind):
-            v = lane_variant(ref[len(kind):])
-            return v if v in VARIANTS else None
-    return None
-
-
-def header_condition(chain: Chain, v: str) -> CondSpec:
-    """Variant ``v``'s header marker condition (its test of version, opcode, flags), or
-    the header test of a variant that has no header marker (``Chain.headers``: C21)."""
-    if v in chain.headers:
-        return chain.headers[v]
-    found = [w.cond for w in chain.wrs() if w.part == v and w.cond is not None
-             and w.cond.word.loc == "buf:hdr" and w.role is Role.WORKER
-             and w.cond.mask[1] == 0xFF]  # the one that tests the opcode octet
-    if len(found) != 1:
-        raise DispatchError(f"dispatch: variant {v!r} has {len(found)} header markers, "
-                            "not one")
-    return found[0]
-
-
-def exclusive(a: CondSpec, b: CondSpec) -> bool:
-    """No word satisfies both conditions (some octet bit both test differs)."""
-    return a.word.loc == b.word.loc and any(
-        ma & mb & (ca ^ cb) for ca, cb, ma, mb in zip(a.compare, b.compare, a.mask, b.mask,
-                                                      strict=True))
-
-
-def holds(cond: CondSpec, word: bytes) -> bool:
-    """``cond`` on the 8 octets ``word`` (what the NIC computes)."""
-    return all(not ((w ^ c) & m) for w, c, m in zip(word, cond.compare, cond.mask,
-                                                    strict=True))
-
-
-def dispatched(conds: dict[str, CondSpec], header_word: bytes) -> str | None:
-    """The variant a request with this header word is dispatched to, or None."""
-    hit = [v for v, c in conds.items() if holds(c, header_word)]
-    assert len(hit) <= 1, hit  # dispatch-exclusive
-    return hit[0] if hit else None
 
 
 def _steps(wrs: list[WrTemplate]) -> list[int]:
@@ -145,10 +93,17 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
     per-operation dispatch (module docstring); ``early``: a variant that reads nothing of
     the common part is dispatched before the gate, its own sub-master WAITing for it
     (decision C25; False: after the gate, as before C25, and for a mutant)."""
-    g = chain.graph
     variants = [v for v in VARIANTS if any(w.part == v for w in chain.wrs())]
     if not variants:
         raise DispatchError("dispatch: the chain serves no variant")
+    # C27: each variant releases its credit on its own gate (kbtpsim/chains/v2/vgates.py)
+    owner = {w.name: v for w in chain.wrs()
+             if w.role is Role.WORKER and (v := variant_of(w)) is not None}
+    try:
+        chain = gates_per_variant(chain, owner, set(_hoisted(chain)) if early else set())
+    except ValueError as e:
+        raise DispatchError(f"dispatch: {e}") from None
+    g = chain.graph
     out = Chain(chain.name, chain.addr_le, nx.DiGraph(), list(chain.notes),
                 dict(chain.headers))
     mine: dict[str | None, list[WrTemplate]] = {}
@@ -271,8 +226,15 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
             seq_v.extend(h for h in hoisted.values() if h.lane == v and h.step == s)
             if a_steps and s == a_steps[-1] and not whole:
                 a_end[v] = len(seq_v)
-        n_adv = sum(1 for w in seq_v + pre.get(v, []) if is_private(_target(w))) + 1 + (
-            1 if whole else 2 if v in a_end else 1)  # + its own ENABLE, the dispatch(es)
+        n_all = sum(1 for w in work if w.signaled)
+        if n_all > waited_w and any(is_private(_target(w)) for w in work):
+            # C27: a release on v's lane has run before the advancer adds to its count
+            seq_v.append(_wr(f"wait_{v}_done", v, steps[-1], Opcode.WAIT,
+                             f"cq:chain@{v}", Const(n_all, f"every {v} lane CQE"),
+                             f"every {v} lane WR has completed (its releases of its gate "
+                             "included) before its advancer runs"))
+        n_adv = sum(1 for w in seq_v + pre.get(v, []) + work if is_private(_target(w))) \
+            + 1 + (1 if whole else 2 if v in a_end else 1)  # its own ENABLE, dispatch(es)
         seq_v.append(_wr(f"advance_{v}", v, steps[-1], Opcode.ENABLE, f"qp:adv@{v}",
                          Const(n_adv, f"{v}'s advancer: one {v} round to its own counts"),
                          f"advance {v}'s private counts by one {v} round"))
@@ -487,7 +449,7 @@ def check_dispatch(chain: Chain) -> list[str]:
         if v is not None and not (w.lane == v or w.name.startswith("dispatch_")):
             out.append(f"dispatch-private: {w.name} names {v}'s own queue outside {v}'s "
                        "sub-master")
-    return out + check_gated(chain)
+    return out + check_gated(chain) + check_gate_order(chain)
 
 
 __all__ = ["DispatchError", "check_dispatch", "dispatch_blockers",

@@ -116,14 +116,14 @@ def plan_recycle(counts: list[CountField], modified: set[tuple[str, int]],
     counted = {(c.qp, c.index) for c in counts}
     every_count = counted | {(c.qp, c.index) for c in private or ()}
     by_qp: dict[str, list[int]] = {}
-    for qp, idx in modified - counted:
+    for qp, idx in modified - every_count:
         by_qp.setdefault(qp, []).append(idx)
     for qp in sorted(by_qp):
         keep = {idx for q, idx in every_count if q == qp}
         for first, n in runs(by_qp[qp], keep):
             steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{first + n - 1} "
                                      "<- pristine", (qp, first, n)))
-    for qp, idx in sorted(modified & counted):  # a CAS-armed WAIT/ENABLE (cx5), or one
+    for qp, idx in sorted(modified & every_count):  # a CAS-armed WAIT/ENABLE (cx5), or one
         # whose condition's mask a patch frees (C21): all before its advanced count
         steps.append(RecycleStep("restore_ctrl", f"{qp} WQE {idx} up to its count <- "
                                  "pristine (control and condition segments; its count is "

@@ -45,6 +45,7 @@ from kbtpsim.chains.v2.recycle import (
 )
 from kbtpsim.chains.v2.segment import SegmentPosting
 from kbtpsim.chains.v2.slots import SlotQueues
+from kbtpsim.chains.v2.vgates import variant_nop
 from kbtpsim.chains.vocab import session_octets
 from kbtpsim.nic import (
     Access,
@@ -144,13 +145,18 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         self._setup_recycling()
         #: dispatch: the variant each of its own queues belongs to; per slot, the rounds
         #: each variant ran (its queues' round)
-        self._private_qp = {id(q): v for d in (*self.sub_masters, *self.advancers)
+        self._private_qp = {id(q): v for d in (*self.sub_masters, *self.advancers,
+                                               *self.variant_gates)
                             for v, q in d.items()}
         self._private_qp.update({id(q): lane_variant(lane) for d in self.slot_lanes
                                  for lane, q in d.items()
                                  if lane_variant(lane) in self.sub_wrs})
         self._runs: list[dict[str | None, int]] = [{v: 0 for v in self.sub_wrs}
                                                    for _ in range(self.credits)]
+        #: C27: credit -> (its variant's gate, the ENABLE that releases it); the CPU's
+        #: releases on the shared gate so far
+        self._gate_of: dict[int, tuple[QueuePair, int]] = {}
+        self._cpu_gates = 0
         for m in self.masters:  # the CPU starts round 0 (MMIO)
             m.enable(m.post_index)
         self._booted = True
@@ -394,10 +400,28 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
 
     def _note_run(self, cr: _Credit) -> None:
         """Credit ``cr``'s round is over for the CPU: its dispatched variant ran once
-        more in its slot."""
+        more in its slot, and released (or will have the CPU release) the credit on its
+        own gate, through this round's NOP (C27)."""
         v = self.dispatched_variant(cr)
         if v is not None:
             self._runs[cr.number % self.credits][v] += 1
+            qp, idx = cr.index[variant_nop(v)]
+            self._gate_of[cr.number] = (qp, idx + 1)
+            # a credit the CPU holds holds every later one: older entries are the NIC's
+            self._gate_of.pop(cr.number - 2 * self.credits, None)
+
+    def _release_gate(self, credit: int) -> None:
+        """C27: on the gate of the variant the credit was dispatched to (what its chain
+        would ENABLE: the same index), else on the connection's shared gate, whose NOPs
+        only the CPU ENABLEs, one more each time."""
+        gate = self._gate_of.pop(credit, None)
+        if gate is not None:
+            gate[0].enable(gate[1])
+        elif self.variant_gates and self.variant_gates[0]:
+            self._cpu_gates += 1
+            self.gate.enable(self._cpu_gates)
+        else:
+            super()._release_gate(credit)
 
     def _pristine_octets(self, s: int, armed: bool) -> None:
         """The CPU's octets in slot ``s``'s pristine image: the session octet, and the

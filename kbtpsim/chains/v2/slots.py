@@ -17,6 +17,7 @@ from kbtpsim.chains.compiler import VARIANTS
 from kbtpsim.chains.ir import Addr, CondSpec, Const, Role, WrTemplate
 from kbtpsim.chains.lowering import CCQE
 from kbtpsim.chains.post import ROLE_BITS, ChainServer, _Credit
+from kbtpsim.chains.v2.advance import ADVANCE_POSITION
 from kbtpsim.chains.v2.dispatch import dispatched, is_private
 from kbtpsim.chains.v2.lanes import lane_variant
 from kbtpsim.nic import CompletionQueue, Cqe, QueuePair, WorkRequest, connect
@@ -98,6 +99,8 @@ class SlotQueues(ChainServer):
                             for lane, n in self.lane_wrs.items()}
                            for s, cq in enumerate(self.slot_cqs)]
         self.gate = qp(self.gate_cq, depth)
+        #: C27: per slot and variant, the gate it releases its credits on (one NOP)
+        self.variant_gates = [{v: qp(self.gate_cq, 1) for v in subs} for _ in range(k)]
         self.master, self.worker, self.lane_qps = (self.masters[0], self.slot_workers[0],
                                                    self.slot_lanes[0])
         self.qps.update({Role.WORKER: self.worker, Role.MASTER: self.master,
@@ -149,7 +152,8 @@ class SlotQueues(ChainServer):
         for v in self.sub_wrs:
             last = max(i for i, w in enumerate(ring) if w.part == v)
             self._last_conn[v] = last
-            self._finish_cqes[v] = (common + self.variant_round_cqes[v]
+            # C27: its advancer's CQEs are not among them (they only re-arm the slot)
+            self._finish_cqes[v] = (common + self.variant_round_cqes[v] - self.adv_wrs[v]
                                     + sum(1 for w in ring[:last + 1] if w.signaled))
         self._common_cqes = common + sum(1 for w in ring if w.signaled)
 
@@ -173,6 +177,9 @@ class SlotQueues(ChainServer):
         return self._finish_cqes[self.dispatched_variant(cr)]
 
     def _note_cqe(self, cr: _Credit, template: int) -> None:
+        if template == ADVANCE_POSITION:
+            cr.adv_seen += 1
+            return
         pos = self._conn_pos.get(template) if self.dispatch_conds else None
         if pos is not None:
             cr.conn_seen.append(pos)
@@ -183,11 +190,14 @@ class SlotQueues(ChainServer):
         release. A stalled lane can complete later than they do (the variant's commit
         Write, found by a campaign with fetch stalls on every queue), so counting them
         finished the credit before its commit was seen: the CPU served a LOAD the NIC
-        had served, and its second COMPLETION overtook the next request's."""
-        if not cr.conn_seen or self.failed_at is not None:
+        had served, and its second COMPLETION overtook the next request's. And its
+        variant's advancer's CQEs (C27): they re-arm the slot, and may come first."""
+        if self.failed_at is not None:
             return 0
+        if not cr.conn_seen:
+            return cr.adv_seen
         last = self._last_conn[self.dispatched_variant(cr)]  # type: ignore[index]
-        return sum(1 for p in cr.conn_seen if p > last)
+        return sum(1 for p in cr.conn_seen if p > last) + cr.adv_seen
 
     def _full_count(self, cr: _Credit) -> int:
         if not self.dispatch_conds:
@@ -204,6 +214,8 @@ class SlotQueues(ChainServer):
             return self.slot_lanes[s][w.lane] if w.lane else self.slot_workers[s]
         if w.role is Role.MASTER:
             return self.sub_masters[s][w.lane] if w.lane else self.masters[s]
+        if w.role is Role.GATE and w.lane:
+            return self.variant_gates[s][w.lane]
         return self.qps[w.role]
 
     def _queue(self, name: str, number: int = 0) -> QueuePair:
@@ -212,6 +224,8 @@ class SlotQueues(ChainServer):
             return self.sub_masters[s][name.split("@", 1)[1]]
         if name.startswith("adv@"):
             return self.advancers[s][name.split("@", 1)[1]]
+        if name.startswith("gate@"):
+            return self.variant_gates[s][name.split("@", 1)[1]]
         if "@" in name:
             return self.slot_lanes[s][name.split("@", 1)[1]]
         if name == "worker":
@@ -243,6 +257,8 @@ class SlotQueues(ChainServer):
                 out[f"master@{v}#{s}"] = q
             for v, q in self.advancers[s].items():
                 out[f"adv@{v}#{s}"] = q
+            for v, q in self.variant_gates[s].items():
+                out[f"gate@{v}#{s}"] = q
         return out
 
     def _target(self, w: WrTemplate, number: int = 0) -> int:

@@ -96,8 +96,8 @@ def test_an_early_release_alone_in_its_step_runs_on_the_sub_master() -> None:
     for v in ("load", "alloc_inline", "store_inline"):
         w = ch.wr(f"early_{v}")
         assert w.role.value == "master" and w.lane == v, (w.name, w.role, w.lane)
-        assert w.cond is not None and w.fields["target"] == Addr("qp:gate")
+        assert w.cond is not None and w.fields["target"] == Addr(f"qp:gate@{v}")  # C27
     sub = _master_order(ch, "load")
     at = sub.index("early_load")
     assert sub[at - 1] == "enable_conn_load_2"
-    assert ch.graph.edges["early_load", "gate_nop"]["kind"] is EdgeKind.ENABLE
+    assert ch.graph.edges["early_load", "gate_nop_load"]["kind"] is EdgeKind.ENABLE

@@ -24,7 +24,7 @@ def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
     ch = _chain()
     early, write = ch.wr("early_load"), ch.wr("load_write")
     assert early.opcode is Opcode.ENABLE and early.step == write.step
-    assert early.fields["target"].ref == "qp:gate"  # type: ignore[union-attr]
+    assert early.fields["target"].ref == "qp:gate@load"  # type: ignore[union-attr]  # C27
     assert early.cond is not None and write.cond is not None
     assert early.cond.word == write.cond.word  # the same window of w_load
     # window: Data Length[1:4], A, B, byte count octet; every octet tested
@@ -32,7 +32,7 @@ def test_a_sealed_load_releases_the_gate_beside_its_data_write() -> None:
     assert early.cond.mask == b"\xff" * 8
     # the data Write accepts B = 0001 (ALLOW_UNSEALED of an unsealed block) too
     assert write.cond.mask[5:7] == b"\xff\xfd"
-    assert ("early_load", "gate_nop") in ch.graph.edges
+    assert ("early_load", "gate_nop_load") in ch.graph.edges
 
 
 def test_credit_slots_alternate_between_recyclers() -> None:
