@@ -13,7 +13,7 @@ slot 0 = {4, 101} (and completes Y's FREE); Y's next allocation (ticket 4) obtai
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -160,6 +160,28 @@ def _run_scripted(run: _Run, scenario: Generator[simpy.Event, Any, None]) -> lis
     return sorted(out + run.checkpoint(final=True), key=lambda d: d.order)
 
 
+#: the steps of a solo script after A connected: (run, A, note) -> its requests
+SoloSteps = Callable[[_Run, Any, Callable[[Any], Any]], Generator[simpy.Event, Any, None]]
+
+
+def _solo_script(spec: Spec, transform: Any, blocks: int, steps: SoloSteps,
+                 observe: dict[str, Any] | None) -> list[Divergence]:
+    """A scripted run of A alone (:func:`_solo_run`): A connects, ``steps`` runs (its
+    results kept for the final checkpoint through ``note``), ``observe`` gets the server
+    (``"server"``); the divergences (:func:`_run_scripted`)."""
+    run, a = _solo_run(spec, transform, blocks)
+    note = partial(run.keep, a)
+
+    def scenario() -> Generator[simpy.Event, Any, None]:
+        yield a.connect(run.server)
+        run.new_connections()
+        yield from steps(run, a, note)
+        if observe is not None:
+            observe["server"] = run.server
+
+    return _run_scripted(run, scenario())
+
+
 def run_load_during_free(profile: str = "ideal-be", seed: int = 1,
                          delay_ns: float = 100_000.0,
                          observe: dict[str, Any] | None = None, chains: str = "v1",
@@ -214,15 +236,10 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
     sealing the second. The software target answers NOT_SEALED to the unsealed block's
     LOADs without the flag; a chain that takes them (mutant ``v2-load-skip-sealed``)
     diverges. ``observe`` gets the server (``"server"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
     bs = SCRIPTED_BS
-    run, a = _solo_run(spec, transform, 4)
-    server = run.server
-    note = partial(run.keep, a)
 
-    def scenario() -> Generator[simpy.Event, Any, None]:
-        yield a.connect(server)
-        run.new_connections()
+    def steps(run: _Run, a: Any, note: Callable[[Any], Any]
+              ) -> Generator[simpy.Event, Any, None]:
         note((yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
         note((yield a.alloc_store(X_HANDLE + 1, b"2" * bs, seal=False)))
         for _ in range(2):
@@ -231,10 +248,9 @@ def run_unsealed_loads(profile: str = "ideal-be", seed: int = 1,
                     note((yield a.load(h, invalidate=False, allow_unsealed=au)))
         note((yield a.store(X_HANDLE + 1, b"3" * bs, seal=True, invalidate=False)))
         note((yield a.load(X_HANDLE + 1, invalidate=False)))
-        if observe is not None:
-            observe["server"] = server
 
-    return _run_scripted(run, scenario())
+    return _solo_script(Spec(seed=seed, profile=profile, ops=0, chains=chains), transform,
+                        4, steps, observe)
 
 
 def run_allocs_then_loads(profile: str = "ideal-be", seed: int = 1,
@@ -246,26 +262,20 @@ def run_allocs_then_loads(profile: str = "ideal-be", seed: int = 1,
     NIC releases the next credit once its Generation add has bound the entry, so the
     second allocation and the LOADs start before its COMPLETION. ``observe`` gets the
     server (``"server"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
     bs = SCRIPTED_BS
-    run, a = _solo_run(spec, transform, 4)
-    server, env = run.server, run.env
-    note = partial(run.keep, a)
 
-    def scenario() -> Generator[simpy.Event, Any, None]:
-        yield a.connect(server)
-        run.new_connections()
+    def steps(run: _Run, a: Any, note: Callable[[Any], Any]
+              ) -> Generator[simpy.Event, Any, None]:
         for k in range(2):
             base = X_HANDLE + 2 * k
             procs = [a.alloc_store(base, b"1" * bs, seal=True),
                      a.alloc_store(base + 1, b"2" * bs, seal=True),
                      a.load(base, invalidate=False), a.load(base + 1, invalidate=False)]
-            for res in (yield env.all_of(procs)).values():
+            for res in (yield run.env.all_of(procs)).values():
                 note(res)
-        if observe is not None:
-            observe["server"] = server
 
-    return _run_scripted(run, scenario())
+    return _solo_script(Spec(seed=seed, profile=profile, ops=0, chains=chains), transform,
+                        4, steps, observe)
 
 
 def run_refused_alloc_then_load(profile: str = "ideal-be", seed: int = 1,
@@ -282,25 +292,19 @@ def run_refused_alloc_then_load(profile: str = "ideal-be", seed: int = 1,
     refusal never reaches A. Since decision C25 a credit's master WAITs for its receive
     before the gate, so at window 1 the next request comes only after the COMPLETION:
     the mutant needs a request right behind. ``observe`` gets the server."""
-    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
     bs = SCRIPTED_BS
-    run, a = _solo_run(spec, transform, 1)
-    server, env = run.server, run.env
-    note = partial(run.keep, a)
 
-    def scenario() -> Generator[simpy.Event, Any, None]:
-        yield a.connect(server)
-        run.new_connections()
+    def steps(run: _Run, a: Any, note: Callable[[Any], Any]
+              ) -> Generator[simpy.Event, Any, None]:
         note((yield a.alloc_store(X_HANDLE, b"1" * bs, seal=True)))
         for k in range(rounds):
             procs = [a.alloc_store(X_HANDLE + 1 + k, b"2" * bs, seal=True),
                      a.load(X_HANDLE, invalidate=False)]
-            for res in (yield env.all_of(procs)).values():
+            for res in (yield run.env.all_of(procs)).values():
                 note(res)
-        if observe is not None:
-            observe["server"] = server
 
-    return _run_scripted(run, scenario())
+    return _solo_script(Spec(seed=seed, profile=profile, ops=0, chains=chains), transform,
+                        1, steps, observe)
 
 
 def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
@@ -354,22 +358,15 @@ def run_aliased_handles(profile: str = "ideal-be", seed: int = 1,
     range, mutant ``v2-load-recv-unguarded``, reads outside the table's key), each twice
     so that every credit slot serves them. Random campaigns name unknown handles inside
     the range. ``observe`` gets the server (``"server"``)."""
-    spec = Spec(seed=seed, profile=profile, ops=0, chains=chains)
-    run, a = _solo_run(spec, transform, 2)
-    server = run.server
-    note = partial(run.keep, a)
-
-    def scenario() -> Generator[simpy.Event, Any, None]:
-        yield a.connect(server)
-        run.new_connections()
+    def steps(run: _Run, a: Any, note: Callable[[Any], Any]
+              ) -> Generator[simpy.Event, Any, None]:
         note((yield a.alloc_store(X_HANDLE, b"1" * SCRIPTED_BS, seal=True)))
         for _ in range(2):
             for h in (X_HANDLE, 1 << 56 | X_HANDLE, X_HANDLE | 1 << 40):
                 note((yield a.load(h, invalidate=False)))
-        if observe is not None:
-            observe["server"] = server
 
-    return _run_scripted(run, scenario())
+    return _solo_script(Spec(seed=seed, profile=profile, ops=0, chains=chains), transform,
+                        2, steps, observe)
 
 
 __all__ = ["BLOCK", "Outcome", "run_aliased_handles", "run_allocs_then_loads",

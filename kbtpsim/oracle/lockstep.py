@@ -129,11 +129,9 @@ class _Run:
         return True
 
     def run_until(self, ev: simpy.Event, limit_ps: int) -> bool:
-        end = self.env.now + limit_ps
-        while not ev.triggered and self.env.now < end:
-            if not self.run_env(min(end, self.env.now + 1_000_000_000)):
-                return False
-        return ev.triggered
+        """Run until ``ev`` triggers, for ``limit_ps`` at most (a watchdog on time: the
+        idle limit of :meth:`run_while_progressing` never comes before its cap)."""
+        return self.run_while_progressing(ev, limit_ps, limit_ps)
 
     def run_while_progressing(self, ev: simpy.Event, idle_ps: int, cap_ps: int) -> bool:
         """Run until ``ev`` triggers; give up when no request has completed for
