@@ -81,18 +81,27 @@ class RecyclePlan:
         return [f"{i:2d} {s.kind:15s} {s.about}" for i, s in enumerate(self.steps)]
 
 
-def runs(indices: list[int], keep: frozenset[int] | set[int] = frozenset()
-         ) -> list[tuple[int, int]]:
+#: decision C26: the most unmodified WQEs one restore Write spans to join two runs (a
+#: WQE's 128 octets cost the loopback Write little, a WR a decode and a transmit; wider
+#: joins make long multi-packet Writes that hold the loopback path: cx5's chains, whose
+#: lanes are long, got spans of 60 WQEs and a LOAD p99 19 % higher)
+MAX_JOIN_GAP = 2
+
+
+def runs(indices: list[int], keep: frozenset[int] | set[int] = frozenset(),
+         max_gap: int = MAX_JOIN_GAP) -> list[tuple[int, int]]:
     """Contiguous runs (first, count) of sorted ``indices``; two runs are joined across
-    the indices between them unless one of those is in ``keep`` (a WQE whose count the
-    segment advances: a restore would rewind it). A WQE between two restored ones that
-    the chain does not modify holds its pristine octets, so restoring it too rewrites
-    the same octets, and one loopback Write does what two did (decision C26)."""
+    the at most ``max_gap`` indices between them unless one of those is in ``keep`` (a
+    WQE whose count is advanced: a restore would rewind it). A WQE between two restored
+    ones that the chain does not modify holds its pristine octets, so restoring it too
+    rewrites the same octets, and one loopback Write does what two did (decision
+    C26)."""
     out: list[tuple[int, int]] = []
     for i in sorted(indices):
         if out and out[-1][0] + out[-1][1] == i:
             out[-1] = (out[-1][0], out[-1][1] + 1)
-        elif out and not any(j in keep for j in range(out[-1][0] + out[-1][1], i)):
+        elif out and i - (out[-1][0] + out[-1][1]) <= max_gap and \
+                not any(j in keep for j in range(out[-1][0] + out[-1][1], i)):
             out[-1] = (out[-1][0], i + 1 - out[-1][0])
         else:
             out.append((i, 1))

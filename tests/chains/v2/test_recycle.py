@@ -35,9 +35,11 @@ def test_runs_merge_contiguous_indices() -> None:
 def test_runs_join_across_wqes_that_hold_no_count() -> None:
     """Decision C26: the WQEs between two restored runs are rewritten with their own
     pristine octets, unless one holds a count the segment advances."""
-    assert runs([5, 2, 3, 9]) == [(2, 8)]
-    assert runs([5, 2, 3, 9], {7}) == [(2, 4), (9, 1)]
-    assert runs([5, 2, 3, 9], {4}) == [(2, 2), (5, 5)]
+    assert runs([5, 2, 3, 9], max_gap=3) == [(2, 8)]
+    assert runs([5, 2, 3, 9], {7}, max_gap=3) == [(2, 4), (9, 1)]
+    assert runs([5, 2, 3, 9], {4}, max_gap=3) == [(2, 2), (5, 5)]
+    # at most MAX_JOIN_GAP (2) WQEs between: 5 and 9 stay apart
+    assert runs([5, 2, 3, 9]) == [(2, 4), (9, 1)]
 
 
 def test_a_sound_plan_passes() -> None:
