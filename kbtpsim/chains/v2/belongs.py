@@ -5,7 +5,7 @@ advancers, the variant gates (:mod:`.vgates`) and the CPU all ask these."""
 from __future__ import annotations
 
 from kbtpsim.chains.compiler import VARIANTS
-from kbtpsim.chains.ir import Chain, CondSpec, Role, WrTemplate
+from kbtpsim.chains.ir import Addr, Chain, CondSpec, Role, WrTemplate
 from kbtpsim.chains.v2.lanes import lane_variant
 
 
@@ -25,6 +25,12 @@ def variant_of(w: WrTemplate) -> str | None:
                 return base[len(prefix):]
         raise DispatchError(f"dispatch: commit WR {w.name!r} names no variant")
     return None
+
+
+def target_ref(w: WrTemplate) -> str:
+    """The queue or CQ a WAIT or ENABLE names (``qp:...``, ``cq:...``), else ""."""
+    t = w.fields.get("target")
+    return t.ref if isinstance(t, Addr) else ""
 
 
 def is_private(ref: str) -> str | None:
@@ -72,4 +78,4 @@ def dispatched(conds: dict[str, CondSpec], header_word: bytes) -> str | None:
 
 
 __all__ = ["DispatchError", "dispatched", "exclusive", "header_condition", "holds",
-           "is_private", "variant_of"]
+           "is_private", "target_ref", "variant_of"]

@@ -66,6 +66,7 @@ from kbtpsim.chains.v2.belongs import (
     header_condition,
     holds,
     is_private,
+    target_ref,
     variant_of,
 )
 from kbtpsim.chains.v2.gating import check_gated, credit_local
@@ -227,13 +228,13 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
             if a_steps and s == a_steps[-1] and not whole:
                 a_end[v] = len(seq_v)
         n_all = sum(1 for w in work if w.signaled)
-        if n_all > waited_w and any(is_private(_target(w)) for w in work):
+        if n_all > waited_w and any(is_private(target_ref(w)) for w in work):
             # C27: a release on v's lane has run before the advancer adds to its count
             seq_v.append(_wr(f"wait_{v}_done", v, steps[-1], Opcode.WAIT,
                              f"cq:chain@{v}", Const(n_all, f"every {v} lane CQE"),
                              f"every {v} lane WR has completed (its releases of its gate "
                              "included) before its advancer runs"))
-        n_adv = sum(1 for w in seq_v + pre.get(v, []) + work if is_private(_target(w))) \
+        n_adv = sum(1 for w in seq_v + pre.get(v, []) + work if is_private(target_ref(w))) \
             + 1 + (1 if whole else 2 if v in a_end else 1)  # its own ENABLE, dispatch(es)
         seq_v.append(_wr(f"advance_{v}", v, steps[-1], Opcode.ENABLE, f"qp:adv@{v}",
                          Const(n_adv, f"{v}'s advancer: one {v} round to its own counts"),
@@ -319,11 +320,6 @@ def _data_producers(w: WrTemplate) -> set[str]:
     return out
 
 
-def _target(w: WrTemplate) -> str:
-    t = w.fields.get("target")
-    return t.ref if isinstance(t, Addr) else ""
-
-
 def _wr(name: str, v: str, step: int, op: Opcode, target: str, count: Addr | Const,
         note: str) -> WrTemplate:
     return WrTemplate(name, Role.MASTER, op, v or "sequence", step,
@@ -385,7 +381,7 @@ def _edges(out: Chain, masters: list[list[WrTemplate]], rel: dict[str, list[str]
             if w.opcode is not Opcode.WAIT or w.name.startswith("wait_prev") or \
                     w.name == "wait_recv":
                 continue  # they count earlier credits' CQEs
-            ref = _target(w)  # each WAIT counts the CQEs of the WRs it waits for
+            ref = target_ref(w)  # each WAIT counts the CQEs of the WRs it waits for
             if ref == "cq:gate":
                 for x in out.wrs():
                     if x.role is Role.GATE:
@@ -417,7 +413,7 @@ def check_dispatch(chain: Chain) -> list[str]:
     disp = [w for w in chain.wrs() if w.role is Role.MASTER and w.name.startswith("dispatch_")]
     by_v: dict[str, CondSpec] = {}
     for w in disp:
-        v = is_private(_target(w))
+        v = is_private(target_ref(w))
         if w.cond is None or v is None:
             out.append(f"dispatch-exclusive: {w.name} is not a conditional ENABLE of a "
                        "sub-master")
@@ -445,7 +441,7 @@ def check_dispatch(chain: Chain) -> list[str]:
     for w in chain.wrs():
         if w.role is not Role.MASTER:
             continue
-        v = is_private(_target(w))
+        v = is_private(target_ref(w))
         if v is not None and not (w.lane == v or w.name.startswith("dispatch_")):
             out.append(f"dispatch-private: {w.name} names {v}'s own queue outside {v}'s "
                        "sub-master")

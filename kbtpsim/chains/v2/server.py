@@ -417,7 +417,7 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
         gate = self._gate_of.pop(credit, None)
         if gate is not None:
             gate[0].enable(gate[1])
-        elif self.variant_gates and self.variant_gates[0]:
+        elif self.sub_wrs:  # dispatch: the variants have gates of their own
             self._cpu_gates += 1
             self.gate.enable(self._cpu_gates)
         else:

@@ -194,10 +194,11 @@ class SlotQueues(ChainServer):
         variant's advancer's CQEs (C27): they re-arm the slot, and may come first."""
         if self.failed_at is not None:
             return 0
-        if not cr.conn_seen:
-            return cr.adv_seen
-        last = self._last_conn[self.dispatched_variant(cr)]  # type: ignore[index]
-        return sum(1 for p in cr.conn_seen if p > last) + cr.adv_seen
+        late = 0
+        if cr.conn_seen:
+            last = self._last_conn[self.dispatched_variant(cr)]  # type: ignore[index]
+            late = sum(1 for p in cr.conn_seen if p > last)
+        return late + cr.adv_seen
 
     def _full_count(self, cr: _Credit) -> int:
         if not self.dispatch_conds:

@@ -29,6 +29,7 @@ from dataclasses import replace
 import networkx as nx
 
 from kbtpsim.chains.ir import Addr, Chain, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.v2.belongs import target_ref
 from kbtpsim.nic.wqe import Opcode
 
 #: the connection's shared gate NOP (the CPU's since C27) and a variant's own
@@ -40,9 +41,9 @@ def variant_nop(v: str) -> str:
     return f"{SHARED_NOP}_{v}"
 
 
-def _is_gate_enable(w: WrTemplate, ref: str = "qp:gate") -> bool:
-    t = w.fields.get("target")
-    return w.opcode is Opcode.ENABLE and isinstance(t, Addr) and t.ref == ref
+def _is_gate_enable(w: WrTemplate) -> bool:
+    """``w`` ENABLEs the connection's shared gate."""
+    return w.opcode is Opcode.ENABLE and target_ref(w) == "qp:gate"
 
 
 def gates_per_variant(chain: Chain, owner: dict[str, str],
@@ -91,11 +92,10 @@ def check_gate_order(chain: Chain) -> list[str]:
         if _is_gate_enable(w):
             out.append(f"dispatch-gate-order: {w.name} ENABLEs the connection's shared "
                        "gate, whose NOPs only the CPU ENABLEs (C27)")
-        t = w.fields.get("target")
-        if w.role is not Role.WORKER or not isinstance(t, Addr) or \
-                not t.ref.startswith("qp:gate@"):
+        ref = target_ref(w)
+        if w.role is not Role.WORKER or not ref.startswith("qp:gate@"):
             continue
-        v = t.ref.split("@", 1)[1]
+        v = ref.split("@", 1)[1]
         adv = f"advance_{v}"
         waits = [x for x in g.successors(w.name)
                  if g.edges[w.name, x]["kind"] is EdgeKind.COMPLETION
