@@ -26,7 +26,7 @@ RedN's firmware patch allows).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kbtpsim.chains.ir import Chain
@@ -78,6 +78,32 @@ def recycle_blockers(prof: NicProfile) -> list[str]:
         (prof.wqe_checks, "WQE checks on (wqe_checks): a recycled WQE keeps its round-0 "
                           "index"),
     ) if bad]
+
+
+class _RoundIndex(Mapping[str, tuple[QueuePair, int]]):
+    """Where each WR of a credit slot sits in one round: its round-0 ring index moved
+    on by the rounds its queue ran (every round, or a private queue's variant's runs up
+    to the grant). Computed on look-up: a grant looks up a few of a slot's hundreds."""
+
+    __slots__ = ("base", "private_qp", "rnd", "runs")
+
+    def __init__(self, base: dict[str, tuple[QueuePair, int]], runs: dict[str | None, int],
+                 private_qp: dict[int, str], rnd: int) -> None:
+        self.base = base
+        self.runs = runs
+        self.private_qp = private_qp
+        self.rnd = rnd
+
+    def __getitem__(self, name: str) -> tuple[QueuePair, int]:
+        qp, idx = self.base[name]
+        rounds = self.runs.get(self.private_qp.get(id(qp)), self.rnd)
+        return qp, idx + rounds * qp.sq_depth  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
 
 
 @dataclass
@@ -360,10 +386,9 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
             rnd = number // k
             slot = self._slots[s]
             cr = _Credit(number, self._buffer_addrs(s))
-            runs = self._runs[s]  # a variant's own queues advance in the rounds it ran
-            cr.index = {name: (qp, idx + runs.get(self._private_qp.get(id(qp)), rnd)
-                               * qp.sq_depth)  # type: ignore[attr-defined]
-                        for name, (qp, idx) in slot.index.items()}
+            # a variant's own queues advance in the rounds it ran
+            cr.index = _RoundIndex(  # type: ignore[assignment]
+                slot.index, dict(self._runs[s]), self._private_qp, rnd)
             if slot.cpu_slot is not None:
                 first = slot.cpu_slot + rnd * self.conn.sq_depth
                 self._cpu_slot_index[number] = first
