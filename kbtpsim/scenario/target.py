@@ -172,10 +172,10 @@ class TargetSpec(Strict):
         "re-arms a connection's credits one segment at a time (about 6 us each), which "
         "bounds what pipelining (decision C16) gains at a wider window; three (with "
         "grants per 32 credits, `cpu.refill_batch`) let one connection's sealed LOADs "
-        "run about 2.0x faster at window 8 than at window 1, four about 2.5x (decision "
-        "C25), for a doorbell per recycler and grant and more NIC work at once; four cost "
-        "the LOAD-heavy mix throughput and tails, so three stay the default "
-        "(docs/chains.md, 'Pipelining'; decisions C22, C25). Ignored with chains v1.")
+        "run about 2.5x faster at window 8 than at window 1 (decision C27), four or six "
+        "hardly faster, for a doorbell per recycler and grant and more NIC work at once "
+        "(docs/chains.md, 'Pipelining', 'What binds at window 8 today'; decisions C22, "
+        "C25, C27). Ignored with chains v1.")
     nic: NicSpec = Field(default_factory=NicSpec, description="The target's NIC.")
     cpu: CpuSpec = Field(default_factory=CpuSpec, description="The target's CPU.")
     blocks: int = Field(1024, ge=1, le=1 << 28, description="F: blocks in the pool.")
