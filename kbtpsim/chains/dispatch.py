@@ -18,12 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from kbtpsim.chains.compiler import VARIANTS
+from kbtpsim.chains.offload_config import KEPT_ON_CPU
 from kbtpsim.errors import DecodeError
 from kbtpsim.wire import AllocStore, Free, Load, Store, decode
 
 #: reasons a request went to the CPU before its chain ran
 PARTIAL_BLOCK = "partial block (the chains serve whole blocks)"
 NOT_OFFLOADED = "no chain for this operation and source on the profile"
+#: the configuration keeps the request's variants on the CPU (target.operations,
+#: target.read_source_stores)
+KEPT = "no chain for this operation and source: kept on the target CPU by the configuration"
 #: a Read-source store whose data Read would span several packets (verifier rule
 #: ``torn-read``, decision O5)
 TORN_READ = ("a Read source of more than one packet (a cut Read would leave part of the "
@@ -77,14 +81,18 @@ def static_miss(request: bytes, offloaded: tuple[str, ...], block_size: int,
 def _left_out_reason(opcode: int, inline: bool, left_out: Mapping[str, Sequence[str]]
                      ) -> str:
     """Why the plan left the request's variants out: :data:`TORN_READ` if that is the
-    verifier's finding for one of them, else :data:`NOT_OFFLOADED`."""
+    verifier's finding for one of them, :data:`KEPT` if the configuration keeps it on the
+    CPU, else :data:`NOT_OFFLOADED`."""
     for name, reasons in left_out.items():
         v = VARIANTS.get(name)
-        if v is not None and v.opcode == opcode and v.inline == inline and any(
-                r.startswith("[torn-read]") for r in reasons):
+        if v is None or v.opcode != opcode or v.inline != inline:
+            continue
+        if any(r.startswith("[torn-read]") for r in reasons):
             return TORN_READ
+        if KEPT_ON_CPU in reasons:
+            return KEPT
     return NOT_OFFLOADED
 
 
-__all__ = ["CHAIN_TESTS", "GENERATION", "MALFORMED", "NOT_OFFLOADED", "OTHER_FLAGS",
+__all__ = ["CHAIN_TESTS", "GENERATION", "KEPT", "MALFORMED", "NOT_OFFLOADED", "OTHER_FLAGS",
            "PARTIAL_BLOCK", "SLOT_NOT_READY", "STATUS", "TORN_READ", "static_miss"]

@@ -10,7 +10,8 @@ from kbtpsim.target import TargetConfig
 from kbtpsim.wire import Feature
 
 #: reasons a variant is left out of a connection's chain (ConnectionPlan.software)
-KEPT_ON_CPU = "kept on the target CPU by the configuration (target.operations)"
+KEPT_ON_CPU = ("kept on the target CPU by the configuration (target.operations, "
+               "target.read_source_stores)")
 DIRECT_ALLOC_RING = ("the initiator is offered DIRECT_ALLOC: its ALLOC_STOREs take tickets "
                      "from its own ring (decision S1), the chains' ring is the shared one")
 FREE_ON_CPU = ("FREE runs on the target CPU unless target.operations.free is offload "

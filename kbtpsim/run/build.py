@@ -246,13 +246,17 @@ def cpu_background(sc: Scenario, tgt: TargetSpec) -> Background:
 def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
                kw: dict[str, Any]) -> SoftwareTargetServer:
     """``mode: offload``: the chain target (kbtpsim.chains), with the operations
-    ``target.operations`` keeps on the CPU left out of every connection's chain."""
+    ``target.operations`` keeps on the CPU, and with ``target.read_source_stores:
+    software`` the Read-source store variants, left out of every connection's chain."""
     from kbtpsim.chains import OPERATIONS
     from kbtpsim.chains.server import OffloadedTargetServer
 
     keep = {op.upper() for op, where in tgt.operations.items() if where == "software"}
+    if tgt.read_source_stores == "software":
+        keep |= {"STORE-READ", "ALLOC_STORE-READ"}
     variants = tuple(v for op in CHAIN_OPS if op.upper() not in keep
-                     for v in OPERATIONS[op.upper()])
+                     for v in OPERATIONS[op.upper()]
+                     if not any(v in OPERATIONS[k] for k in keep if "-" in k))
     return OffloadedTargetServer(sim, config, addr_le=config.addr_le, variants=variants,
                                  refill_batch=refill_batch(tgt),
                                  chains=chain_design(tgt),

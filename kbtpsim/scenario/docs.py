@@ -59,7 +59,9 @@ connection pre-posts one chain per request credit, the NIC serves the variants o
 STORE and ALLOC_STORE whose chains verify on the target's NIC profile (docs/chains.md has
 the table per profile), and the target CPU serves the rest (FREE, BIND, HELLO, GOODBYE,
 invalid requests, timeouts) and refills chains. `target.operations` keeps an operation on
-the CPU (`{load: software}`); FREE, BIND, HELLO and GOODBYE have no chain. `features.addr_le`
+the CPU (`{load: software}`); FREE, BIND, HELLO and GOODBYE have no chain.
+`target.read_source_stores: software` keeps the STOREs and ALLOC_STOREs that carry a
+Read source on the CPU, and leaves their chain variants out (a shorter chain). `features.addr_le`
 left null follows the target NIC's WQE byte order in offload mode (off in software mode).
 Per-operation counts of requests the NIC and the CPU served are in `fallbacks`.
 ALLOC_STOREs of initiators offered DIRECT_ALLOC (and all of them with `rings:

@@ -157,6 +157,15 @@ class TargetSpec(Strict):
         "which costs the LOAD a NIC atomic, and needs chains v2 on a profile with native "
         "conditional WRs and strided keys, and one trust domain on the shared ring; "
         "docs/chains.md, decision C20).")
+    read_source_stores: Literal["offload", "software"] = Field(
+        "offload", description="Offload mode: where STOREs and ALLOC_STOREs with an RDMA "
+        "Read source (a Data Descriptor: the target Reads the data from the initiator) are "
+        "served. `offload`: by their chain variants, where the NIC profile allows them; "
+        "`software`: on the target CPU, and every connection's chain leaves their two "
+        "variants out (`store_read`, `alloc_read`): a shorter chain and recycle segment "
+        "for initiators that store inline. One connection's sealed LOADs on `ideal-be` at "
+        "window 8: 531.9 k against 498.7 k LOADs/s (docs/chains.md, 'What binds at window "
+        "8 today').")
     chains: Literal["v1", "v2"] | None = Field(
         None, description="Offload mode: the chain design. `v1`: the CPU re-posts every "
         "finished chain (60 ns a WQE); `v2`: the NIC re-arms each credit's chain in place "
