@@ -16,6 +16,7 @@ by ENABLEs that run after a WAIT for the gate.
 from __future__ import annotations
 
 from kbtpsim.chains.ir import Addr, Chain, EdgeKind, Role, WrTemplate
+from kbtpsim.chains.v2.belongs import target_ref
 from kbtpsim.nic.wqe import Opcode
 
 #: scratch the CPU writes while the chains run (the session octet in the request copy
@@ -48,9 +49,8 @@ def credit_local(w: WrTemplate) -> bool:
 
 
 def _is_gate_wait(w: WrTemplate) -> bool:
-    t = w.fields.get("target")
     return (w.opcode is Opcode.WAIT and w.name.startswith(GATE_WAIT)
-            and isinstance(t, Addr) and t.ref == "cq:gate")
+            and target_ref(w) == "cq:gate")
 
 
 def _releasers(chain: Chain, name: str) -> list[str]:
