@@ -252,11 +252,10 @@ def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
     from kbtpsim.chains.server import OffloadedTargetServer
 
     keep = {op.upper() for op, where in tgt.operations.items() if where == "software"}
-    if tgt.read_source_stores == "software":
-        keep |= {"STORE-READ", "ALLOC_STORE-READ"}
+    read_source = (*OPERATIONS["STORE-READ"], *OPERATIONS["ALLOC_STORE-READ"]) \
+        if tgt.read_source_stores == "software" else ()
     variants = tuple(v for op in CHAIN_OPS if op.upper() not in keep
-                     for v in OPERATIONS[op.upper()]
-                     if not any(v in OPERATIONS[k] for k in keep if "-" in k))
+                     for v in OPERATIONS[op.upper()] if v not in read_source)
     return OffloadedTargetServer(sim, config, addr_le=config.addr_le, variants=variants,
                                  refill_batch=refill_batch(tgt),
                                  chains=chain_design(tgt),

@@ -91,10 +91,11 @@ def _check_target(tgt: TargetSpec, path: str) -> None:
     if tgt.staging < 2 * tgt.block_size:
         raise SchemaRuleError(f"{path}.staging", f"must hold at least two blocks "
                               f"({2 * tgt.block_size} octets)")
-    for key in ("operations", "read_source_stores"):
-        if key in tgt.model_fields_set and tgt.mode != "offload" and (
-                getattr(tgt, key) or key != "operations"):
-            raise SchemaRuleError(f"{path}.{key}", "only meaningful with mode: offload")
+    if tgt.mode != "offload":
+        for key, given in (("operations", bool(tgt.operations)),
+                           ("read_source_stores", "read_source_stores" in tgt.model_fields_set)):
+            if given:
+                raise SchemaRuleError(f"{path}.{key}", "only meaningful with mode: offload")
     if tgt.mode == "offload" and tgt.counter_mode == "unmasked":
         # the chains' FetchAdds on Head are the masked ring-counter form (draft,
         # "Free-Block Ring"); decision O9
