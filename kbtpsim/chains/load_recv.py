@@ -59,10 +59,22 @@ class RecvLoadSteps(StepHelpers):
                 # so what only the data Write needs runs beside the Read, in step 2
                 self.marker(name, v.name, 2 if self.geo.readers else 1, loc, prods, c, m,
                             about, "w_load", slots[tag])
-                self.chain.wr(name).lane = f"{v.name}{SUB_LANE}req"
+                self.chain.wr(name).lane = f"{v.name}{SUB_LANE}{self._load_lane(tag)}"
                 self.arm_producers[v.name].append(name)
             else:
                 assert tag == "range", tag
+
+    def _load_lane(self, wr: str) -> str:
+        """The sub-lane of a LOAD marker (``gs``, ``len``) or ALLOW_UNSEALED patch (by its
+        target). Decision C28: the Generation/Status marker reads the CPU's session
+        octet, so it runs after the gate (C25), alone on ``req``, beside the entry Read;
+        the rest of step 1 is the credit's own and runs before the gate on ``au``. With
+        C20's reader counts the markers run in step 2, after the gate either way, and
+        the descriptor-length marker and the data Write's and Send's patches share
+        ``req`` (two lanes of about equal length beside the Read)."""
+        if wr == "gs" or (self.geo.readers and wr in ("len", "load_write", "load_send")):
+            return "req"
+        return "au"
 
     def _load_first(self, v: Variant) -> None:
         """C21's two WRs of step 1 that take longest, added first so that the LOAD's
@@ -116,9 +128,11 @@ class RecvLoadSteps(StepHelpers):
            out-of-range Read would be a remote access error that kills the QP); it
            scatters Generation, Data Length and the Flags' low octet into ``w_load`` and
            the Block Offset into the data Write. Beside it, on lanes of their own: the
-           Generation/Status marker (which also tests the handle's top octet), the
-           descriptor-length marker, the receive's byte-count marker, each writing its
-           octet of ``w_load``, and the Data Descriptor and INVALIDATE patches;
+           Generation/Status marker (which also tests the handle's top octet and reads
+           the CPU's session octet, so it runs after the gate, alone on its lane: C28),
+           the descriptor-length marker, the receive's byte-count marker, each writing
+           its octet of ``w_load``, and the Data Descriptor and INVALIDATE patches
+           (these four before the gate: C25);
         2. the data Write and the COMPLETION Send, and the early release, each
            conditional on ``w_load`` +5..+12: Data Length = Block Size, Flags = VALID |
            SEALED, the three markers' octets and the CPU's session octet;
@@ -175,8 +189,9 @@ class RecvLoadSteps(StepHelpers):
         for name in (f"commit_{v.name}", f"release_{v.name}"):
             self.chain.wr(name).cond = valid(name)
         au = self._flag_cond(ALLOW_UNSEALED, True, "Flags has ALLOW_UNSEALED")
-        for i, target in enumerate(("load_write", "load_send", f"commit_{v.name}",
-                                    f"release_{v.name}")):
+        for target in ("load_write", "load_send", f"commit_{v.name}", f"release_{v.name}"):
+            # on lanes of their own (the byte-count marker's lane waits for its read of
+            # host memory): :meth:`_load_lane`
             dest = f"wqe:{target}.cond_mask"
             self.add(WrTemplate(
                 f"p_au_{target}", Role.WORKER, Opcode.RDMA_WRITE, v.name, data - 1,
@@ -185,10 +200,8 @@ class RecvLoadSteps(StepHelpers):
                               "octets", 4),),
                 cond=au, remote_kind="loopback",
                 note="conditional patch: ALLOW_UNSEALED frees the SEALED bit of the test"))
-            # beside the markers, and on a lane of their own (the byte-count marker's
-            # lane waits for its read of host memory)
             self.chain.wr(f"p_au_{target}").lane = \
-                f"{v.name}{SUB_LANE}{'req' if i < 2 else 'au'}"
+                f"{v.name}{SUB_LANE}{self._load_lane(target)}"
         # Pipelining (decision C16): a sealed LOAD releases the next credit early
         self.add(WrTemplate(
             f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, data,

@@ -101,3 +101,26 @@ def test_an_early_release_alone_in_its_step_runs_on_the_sub_master() -> None:
     at = sub.index("early_load")
     assert sub[at - 1] == "enable_conn_load_2"
     assert ch.graph.edges["early_load", "gate_nop_load"]["kind"] is EdgeKind.ENABLE
+
+
+def test_after_the_gate_a_load_runs_only_what_reads_the_table_or_the_cpus_octets() -> None:
+    """Decision C28: the lanes the LOAD's sub-master ENABLEs after its gate WAIT are the
+    entry Read's and the Generation/Status marker's (it reads the CPU's session octet),
+    each alone in step 1; every other step-1 marker and patch is on a lane the master
+    ENABLEs before the gate. Before C28 the descriptor-length marker and two
+    ALLOW_UNSEALED patches ran after the gate behind that marker, the last of them
+    finishing after the entry Read: the credit's path from gate to release waited for
+    them."""
+    ch = _chain()
+    gated = {w.fields["target"].ref.split("@", 1)[1]  # type: ignore[union-attr]
+             for w in ch.wrs() if w.role.value == "master" and w.lane == "load"
+             and w.opcode is Opcode.ENABLE and w.step == 1
+             and w.fields["target"].ref.startswith("qp:worker@")}  # type: ignore[union-attr]
+    assert gated == {"load", "load__req"}
+    step1 = {lane: [w.name for w in ch.wrs() if w.lane == lane and w.step == 1
+                    and w.role.value == "worker"] for lane in gated}
+    assert step1 == {"load": ["load_read"], "load__req": ["m_load_gs"]}
+    early = {w.fields["target"].ref.split("@", 1)[1]  # type: ignore[union-attr]
+             for w in ch.wrs() if w.name.startswith("dispatch_l_load")}
+    assert {"load__au", "load__dd", "load__cqe"} <= early
+    assert "m_load_len" in {w.name for w in ch.wrs() if w.lane == "load__au"}
