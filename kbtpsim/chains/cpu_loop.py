@@ -18,6 +18,7 @@ from kbtpsim.chains.post import Finished
 from kbtpsim.chains.serving import CHAIN
 from kbtpsim.system.server import SoftwareTargetServer
 from kbtpsim.target import Effect
+from kbtpsim.target.memstore import TableMeter
 
 if TYPE_CHECKING:
     from kbtpsim.chains.chain_conn import _ChainConn
@@ -39,6 +40,8 @@ class ChainCpuLoop(_Base):
     _early_reasons: dict[tuple[int, int], str]
     log_tickets: dict[int, int]
     _grace: dict[int, dict[int, int]]
+    _table_meter: TableMeter | None
+    mmio_read_ps: int
 
     if TYPE_CHECKING:
         def _quiesce(self, now: int) -> list[Effect]: ...
@@ -173,11 +176,25 @@ class ChainCpuLoop(_Base):
     def _charge_mmio(self, cc: _ChainConn) -> Gen:
         """Charge the CPU's MMIO writes on the connection's chains since the last charge
         (gate ENABLEs, session and quota octets in NIC device memory) at one doorbell
-        write each, to ``CHAIN``."""
+        write each, to ``CHAIN``; and the table entries it accessed since its last
+        posting, if the table is in device memory."""
         n = cc.chains.mmio_writes - cc.mmio_charged
         if n > 0:
             cc.mmio_charged += n
             yield from self.cpu.spend(CHAIN, n * self.cpu.doorbell_ps)
+        yield from self._charge_table(CHAIN)
+
+    def _charge_table(self, account: str) -> Gen:
+        """Decision C29: with the block table in NIC device memory, each entry the CPU
+        read since the last charge costs an MMIO read (``mmio_read_ps``: it waits for
+        the answer), each entry it wrote an MMIO write (a doorbell write's cost)."""
+        meter = self._table_meter
+        if meter is None:
+            return
+        reads, writes = meter.take()
+        if reads or writes:
+            yield from self.cpu.spend(account, reads * self.mmio_read_ps
+                                      + writes * self.cpu.doorbell_ps)
 
     def carry_out(self, effects: Iterable[Effect], account: str) -> Gen:
         """The base server's posting, with each connection the effects go to marked as
@@ -187,7 +204,8 @@ class ChainCpuLoop(_Base):
                if getattr(e, "connection_id", None) in self._chain_conns}
         for c in ccs:
             c.posting += 1
-        try:
+        try:  # C29: first the table's MMIO, before what the accesses decided leaves
+            yield from self._charge_table(account)
             yield from super().carry_out(effects, account)
         finally:
             for c in ccs:

@@ -69,6 +69,7 @@ from kbtpsim.system.server import REQUEST_OVERHEAD, ServerConnection, SoftwareTa
 from kbtpsim.target import Effect, SendMessage, Target, TargetConfig
 from kbtpsim.target.config import CounterMode
 from kbtpsim.target.layout import TargetLayout
+from kbtpsim.target.memstore import MemBlockTable, TableMeter
 from kbtpsim.wire import Feature
 
 
@@ -82,7 +83,9 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
     when the profile's WQE fields are little-endian), ``variants`` (the fast-path variants
     to offload where they verify; default all) and ``repost_ns`` (CPU ns to re-post one
     WQE of a consumed chain; default the profile's ``cpu_post_ns``). The target's
-    structures are always bytes in host memory (the chains work on them)."""
+    structures are bytes the chains work on, in host memory; with
+    ``table_in_device_memory`` the block table is in the NIC's device memory instead
+    (decision C29), and every entry the CPU reads or writes costs it an MMIO access."""
 
     def __init__(self, sim: Simulation, config: TargetConfig, *,
                  profile: str | NicProfile = "ideal-be", refill_batch: int = 1,
@@ -90,8 +93,10 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
                  variants: tuple[str, ...] | None = None, repost_ns: float | None = None,
                  chains: str = "v1", quiesce_frees: bool | None = None,
                  chain_recyclers: int | None = None, free_on_nic: bool = False,
-                 **kw: Any) -> None:
+                 table_in_device_memory: bool = False, **kw: Any) -> None:
         prof = get_profile(profile) if isinstance(profile, str) else profile
+        #: the block table in NIC device memory (decision C29; ``target.table_memory``)
+        self.table_in_device_memory = table_in_device_memory
         #: FREE on the NIC (decision C20): the FREE chain, the LOADs' reader counts, and
         #: every Tail ticket through the NIC (the CPU's too: ``tail_via_nic``)
         self.free_on_nic = free_on_nic
@@ -184,12 +189,26 @@ class OffloadedTargetServer(ChainCpuLoop, CreditServing, ChainRecovery, FreeQuie
             self._ring_keys = register_ring(self.nic, self.layout.rings[0])
             self._start_returns(NicTicketTaker(self.nic, self._ring_keys,
                                                self.layout.rings[0].n_slots, "tail"))
+        #: C29: the entries the CPU reads and writes in a table in device memory, each an
+        #: MMIO access it pays for (ChainCpuLoop._charge_table); None in host memory
+        self._table_meter: TableMeter | None = None
+        if table_in_device_memory:
+            self._table_meter = TableMeter()
+            assert isinstance(self.target.table, MemBlockTable)
+            self.target.table.meter = self._table_meter
+        #: an MMIO read of NIC device memory: a non-posted round trip over PCIe (an
+        #: estimate by symmetry with a DMA read, docs/nic-model.md)
+        self.mmio_read_ps = round((2 * prof.pcie_latency_ns + prof.nic_mem_ns) * 1000)
 
     # ================================================================ construction
     def _make_target(self, direct: bool, base_addr: int) -> Target:
         order: ByteOrder = "little" if self.nic.profile.atomic_byte_order == "little" \
             else "big"
-        self.layout = TargetLayout.plan(self.config, base_addr, counter_byte_order=order)
+        layout = TargetLayout.plan(self.config, base_addr, counter_byte_order=order)
+        if self.table_in_device_memory:  # C29: the NIC's Reads of an entry skip PCIe
+            layout = replace(layout, table_addr=self.nic.dm_alloc(layout.table_size, 4096))
+            layout.check(self.config)
+        self.layout = layout
         return Target(self.config, store=self.nic.host.memory, layout=self.layout)
 
     def plan_for(self, initiator: str) -> ConnectionPlan:

@@ -132,6 +132,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             + (f"; mutant {args.mutant}" if args.mutant else "")
             + (f"; reference {args.reference}" if args.reference != "target" else "")
             + ("; FREE on the NIC" if args.free_on_nic else "")
+            + ("; the table in NIC device memory" if args.table_memory == "device" else "")
             + (f"; blocks of {format_size(block_size)}" if block_size != BS else "")
             + (f"; chains {args.chains}" + (f" (not on {', '.join(skipped)}: they cannot "
                                              "re-arm chains)" if skipped else "")
@@ -150,7 +151,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
                     mix=mix, phases=args.phases, faults=faults,
                     mutant=args.mutant, reference=args.reference,
                     chains=design[profile], free_on_nic=args.free_on_nic,
-                    block_size=block_size)
+                    block_size=block_size,
+                    table_in_device_memory=args.table_memory == "device")
         if args.stop and diverged:
             cases.append((spec, None))
             continue
@@ -280,6 +282,9 @@ def add_oracle_parsers(subparsers: Any) -> None:
                    help="serve FREE on the NIC too (target.operations.free: offload, "
                    "decision C20): chains v2 on profiles with native conditional WRs and "
                    "strided keys; every initiator in one trust domain")
+    q.add_argument("--table-memory", choices=("host", "device"), default="host",
+                   help="where the target's block table lives (target.table_memory, "
+                   "decision C29): host memory (default) or the NIC's device memory")
     q.add_argument("--block-size", metavar="SIZE",
                    help="Block Size (and Max Inline) of the target, e.g. 16KiB: above the "
                    "profile's mtu (4 KiB) a block's data takes several packets (default "

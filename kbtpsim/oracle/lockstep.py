@@ -87,7 +87,8 @@ class _Run:
         self.block_size = pool.block_size
         self.server = ObservedServer(self.sim, config, profile=prof, addr_le=self.addr_le,
                                      chain_transform=transform, chains=spec.chains,
-                                     free_on_nic=spec.free_on_nic)
+                                     free_on_nic=spec.free_on_nic,
+                                     table_in_device_memory=spec.table_in_device_memory)
         self.fault_counts: dict[str, int] = {}
         self.per_conn = install(self.server, spec.faults, spec.seed, self.fault_counts)
         self.shadow = Shadow(self.server.config, reference=spec.reference)

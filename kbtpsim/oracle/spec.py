@@ -101,6 +101,8 @@ class Spec:
     #: Block Size (and Max Inline) of the target; above the profile's mtu a block takes
     #: several packets (a LOAD's data Write, an inline STORE's Send)
     block_size: int = BS
+    #: the block table in NIC device memory (target.table_memory: device, decision C29)
+    table_in_device_memory: bool = False
 
     def byte_order(self, prof: NicProfile) -> bool:
         return prof.wqe_field_byte_order == "little" if self.addr_le is None else self.addr_le
@@ -123,6 +125,8 @@ class Spec:
             parts.append("--free-on-nic")
         if self.block_size != BS:
             parts.append(f"--block-size {self.block_size}")
+        if self.table_in_device_memory:
+            parts.append("--table-memory device")
         return " ".join(parts)
 
 

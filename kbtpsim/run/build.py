@@ -261,6 +261,7 @@ def _offloaded(sim: Simulation, config: TargetConfig, tgt: TargetSpec,
                                  chains=chain_design(tgt),
                                  chain_recyclers=tgt.chain_recyclers,
                                  free_on_nic=tgt.operations.get("free") == "offload",
+                                 table_in_device_memory=tgt.table_memory == "device",
                                  repost_ns=None if tgt.cpu.repost_wqe is None
                                  else tgt.cpu.repost_wqe / 1000, **kw)
 

@@ -93,7 +93,8 @@ def _check_target(tgt: TargetSpec, path: str) -> None:
                               f"({2 * tgt.block_size} octets)")
     if tgt.mode != "offload":
         for key, given in (("operations", bool(tgt.operations)),
-                           ("read_source_stores", "read_source_stores" in tgt.model_fields_set)):
+                           ("read_source_stores", "read_source_stores" in tgt.model_fields_set),
+                           ("table_memory", tgt.table_memory != "host")):
             if given:
                 raise SchemaRuleError(f"{path}.{key}", "only meaningful with mode: offload")
     if tgt.mode == "offload" and tgt.counter_mode == "unmasked":

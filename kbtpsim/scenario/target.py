@@ -166,6 +166,15 @@ class TargetSpec(Strict):
         "for initiators that store inline. One connection's sealed LOADs on `ideal-be` at "
         "window 8: 531.9 k against 498.7 k LOADs/s (docs/chains.md, 'What binds at window "
         "8 today').")
+    table_memory: Literal["host", "device"] = Field(
+        "host", description="Offload mode: where the block table lives. `host`: host "
+        "memory, with the pool and the rings; `device`: the NIC's on-chip device memory "
+        "(as rdma-core's `ibv_alloc_dm` / `mlx5dv_alloc_dm` MEMIC allocate it; the chains' "
+        "WQE rings and scratch are there already), so the chains' Reads, Writes and "
+        "atomics of an entry cost no PCIe round trip, while every entry the target CPU "
+        "reads costs it an MMIO read (a PCIe round trip, estimate) and every entry it "
+        "writes an MMIO write. Its capacity is not modelled (docs/chains.md, decision "
+        "C29).")
     chains: Literal["v1", "v2"] | None = Field(
         None, description="Offload mode: the chain design. `v1`: the CPU re-posts every "
         "finished chain (60 ns a WQE); `v2`: the NIC re-arms each credit's chain in place "

@@ -129,16 +129,39 @@ class MemPool(Pool):
         return h.hexdigest()
 
 
-class MemBlockTable(BlockTable):
-    """Table entries as 16 octets at ``layout.entry_addr(handle)``."""
+class TableMeter:
+    """The table entries a CPU read and wrote, distinct handles, since the last
+    :meth:`take` (decision C29: a table in NIC device memory costs the CPU an MMIO access
+    per entry). Reads made while :attr:`paused` (invariant checks, snapshots) are not
+    counted."""
 
-    __slots__ = ("_layout", "_store", "_written")
+    __slots__ = ("paused", "reads", "writes")
+
+    def __init__(self) -> None:
+        self.reads: set[int] = set()
+        self.writes: set[int] = set()
+        self.paused = False
+
+    def take(self) -> tuple[int, int]:
+        """(entries read, entries written) since the last call; starts over."""
+        out = (len(self.reads), len(self.writes))
+        self.reads.clear()
+        self.writes.clear()
+        return out
+
+
+class MemBlockTable(BlockTable):
+    """Table entries as 16 octets at ``layout.entry_addr(handle)``. With a
+    :attr:`meter`, each entry :meth:`get` reads and :meth:`_put` writes is counted."""
+
+    __slots__ = ("_layout", "_store", "_written", "meter")
 
     def __init__(self, store: ByteStore, layout: TargetLayout) -> None:
         super().__init__(layout.table_base_handle, layout.table_count)
         self._store = store
         self._layout = layout
         self._written: set[int] = set()  # handles the target wrote (for items())
+        self.meter: TableMeter | None = None
         if layout.table_count:
             store.add_initializer(layout.table_addr, layout.table_size,
                                   repeat_fill(layout.table_addr,
@@ -147,12 +170,20 @@ class MemBlockTable(BlockTable):
     def get(self, handle: int) -> TableEntry:
         if handle not in self:
             return NEVER_BOUND
+        meter = self.meter
+        if meter is not None and not meter.paused:
+            meter.reads.add(handle)
+        return self._decode(handle)
+
+    def _decode(self, handle: int) -> TableEntry:
         raw = self._store.read(self._layout.entry_addr(handle), TABLE_ENTRY_SIZE)
         return TableEntry.decode(raw, self._layout.addr_le)
 
     def _put(self, handle: int, entry: TableEntry) -> None:
         if handle not in self:
             raise ValueError(f"handle 0x{handle:x} is outside the table")
+        if self.meter is not None:
+            self.meter.writes.add(handle)
         self._store.write(self._layout.entry_addr(handle), entry.encode(self._layout.addr_le))
         self._written.add(handle)
 
@@ -168,7 +199,7 @@ class MemBlockTable(BlockTable):
             raw = self._store.read(layout.entry_addr(self.base + first), size * (last - first))
             candidates.update(self.base + first + i for i in range(last - first)
                               if raw[size * i : size * i + size] != blank)
-        return iter([(handle, self.get(handle)) for handle in sorted(candidates)])
+        return iter([(handle, self._decode(handle)) for handle in sorted(candidates)])
 
     def encode_entry(self, handle: int, addr_le: bool) -> bytes:
         if handle in self and addr_le == self._layout.addr_le:

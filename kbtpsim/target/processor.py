@@ -45,7 +45,8 @@ requests of that connection queue behind it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from kbtpsim.errors import (
     DecodeError,
@@ -280,7 +281,22 @@ class Target(ChainHooks, SessionLifecycle, Operations, FreePath, Completions, Va
     def check_invariant(self) -> None:
         """Raise :class:`~kbtpsim.target.invariant.InvariantViolation` if a block is lost,
         duplicated, or an initiator is over its quota."""
-        check_invariant(self)
+        with self.unmetered():
+            check_invariant(self)
+
+    @contextmanager
+    def unmetered(self) -> Iterator[None]:
+        """Table reads inside are not the CPU's (a check, a snapshot): a table meter
+        (decision C29) does not count them."""
+        meter = getattr(self.table, "meter", None)
+        if meter is None or meter.paused:
+            yield
+            return
+        meter.paused = True
+        try:
+            yield
+        finally:
+            meter.paused = False
 
     def state(self) -> tuple[object, ...]:
         """Everything a request may change (not the counters), for no-side-effect tests."""
