@@ -121,7 +121,8 @@ class CreditServing:
         """The Block Offset of the entry a FREE chain unbound (it keeps it)."""
         tconn = self.target.connections[cc.conn_id]
         handle = int.from_bytes(request[12:20], "little" if tconn.addr_le else "big")
-        return int(self.target.table.get(handle).block_offset)
+        with self.target.unmetered():  # the replay log's, not the CPU's (C29)
+            return int(self.target.table.get(handle).block_offset)
 
     def _finish_free(self, cc: _ChainConn, f: Finished, now: int) -> list[Any]:
         """A FREE the chain unbound and handed over (decision C20): readers were still

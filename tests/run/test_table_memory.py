@@ -103,3 +103,20 @@ def test_table_memory_needs_offload(mode: str) -> None:
 def test_table_memory_names_its_values() -> None:
     with pytest.raises(ValueError, match=r"target\.table_memory"):
         scenario_from_dict(scenario("nic"))
+
+
+def test_a_request_the_nic_served_costs_the_cpu_no_table_access() -> None:
+    """With FREE on the NIC (decision C20) every request of the mix is the NIC's: the CPU
+    only learns of them, and touches no entry (the replay log's look-up of a freed block
+    is the simulator's, not the CPU's), so its time per NIC-served request is what it is
+    with the table in host memory."""
+    def per_nic(table_memory: str | None) -> float:
+        data = scenario(table_memory)
+        data["target"]["operations"] = {"free": "offload"}
+        out = run_scenario(scenario_from_dict(data))
+        served = out.results["targets"]["target"]["fallbacks"]["served"]
+        assert served["FREE"]["nic"] > 0 and served["FREE"]["cpu"] == 0, served
+        return float(out.results["targets"]["target"]["cpu"]["per_nic_served"]["total"])
+
+    host, device = per_nic(None), per_nic("device")
+    assert abs(device - host) < 0.05 * host, (device, host)
