@@ -191,7 +191,8 @@ class TargetSpec(Strict):
         "bounds what pipelining (decision C16) gains at a wider window; three (with "
         "grants per 32 credits, `cpu.refill_batch`) let one connection's sealed LOADs "
         "run about 2.5x faster at window 8 than at window 1 (decision C27), four or six "
-        "hardly faster, for a doorbell per recycler and grant and more NIC work at once "
+        "hardly faster (with `table_memory: device`, four: 3.0x; decision C29), for a "
+        "doorbell per recycler and grant and more NIC work at once "
         "(docs/chains.md, 'Pipelining', 'What binds at window 8 today'; decisions C22, "
         "C25, C27). Ignored with chains v1.")
     nic: NicSpec = Field(default_factory=NicSpec, description="The target's NIC.")
