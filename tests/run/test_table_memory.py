@@ -120,3 +120,17 @@ def test_a_request_the_nic_served_costs_the_cpu_no_table_access() -> None:
 
     host, device = per_nic(None), per_nic("device")
     assert abs(device - host) < 0.05 * host, (device, host)
+
+
+def test_direct_loads_read_the_table_where_it_is() -> None:
+    """DIRECT_LOAD (draft, "Direct Modes"): a trusted initiator reads the entry itself
+    through the Table descriptor, which names the table in device memory."""
+    data = scenario("device", ops=160)
+    data["target"]["features"] = {"direct_load": True}
+    data["initiators"][0]["workload"]["mix"] = {"alloc_store": 1, "load": 2,
+                                                "direct_load": 3, "free": 1}
+    out = run_scenario(scenario_from_dict(data), oracle=True)
+    assert out.divergences == [], [str(d) for d in out.divergences]
+    assert out.results["operations"]["DIRECT_LOAD"]["count"] > 0
+    statuses = out.results["statuses"]["DIRECT_LOAD"]
+    assert set(statuses) == {"OK"}, statuses
