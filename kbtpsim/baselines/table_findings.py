@@ -219,10 +219,12 @@ def findings(rows: list[Row]) -> list[str]:
             elif a.approach.startswith("kbtp_offload") and th.get("chains") == "v2":
                 reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
                           f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
-                          "in the chain path: a connection's credits run one at a time "
-                          "(the gate keeps the draft's in-order rule), each a sequence of "
-                          "dependent chain steps (a WAIT, an ENABLE, WQE fetches and a CQE "
-                          "each; chains v2, docs/chains.md) before the data moves")
+                          "in the chain path: a connection's credits pass its gate one at "
+                          "a time (the draft's in-order rule; a store lets the next one "
+                          "through only beside its COMPLETION, decision C19), each after a "
+                          "sequence of dependent chain steps (a WAIT, an ENABLE, WQE "
+                          "fetches and a CQE each; chains v2, docs/chains.md) before the "
+                          "data moves")
             elif a.approach.startswith("kbtp_offload"):
                 reason = (f"{_num(rt(a, 'store'), '{:.0f}')} round trip(s) per store "
                           f"and its target CPU only {100 * busy:.0f}% busy, so the time is "
