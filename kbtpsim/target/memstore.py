@@ -132,8 +132,8 @@ class MemPool(Pool):
 class TableMeter:
     """The table entries a CPU read and wrote, distinct handles, since the last
     :meth:`take` (decision C29: a table in NIC device memory costs the CPU an MMIO access
-    per entry). Reads made while :attr:`paused` (invariant checks, snapshots) are not
-    counted."""
+    per entry). Accesses made while :attr:`paused` (invariant checks, snapshots, the
+    simulator's own look-ups) are not counted."""
 
     __slots__ = ("paused", "reads", "writes")
 
@@ -182,8 +182,9 @@ class MemBlockTable(BlockTable):
     def _put(self, handle: int, entry: TableEntry) -> None:
         if handle not in self:
             raise ValueError(f"handle 0x{handle:x} is outside the table")
-        if self.meter is not None:
-            self.meter.writes.add(handle)
+        meter = self.meter
+        if meter is not None and not meter.paused:
+            meter.writes.add(handle)
         self._store.write(self._layout.entry_addr(handle), entry.encode(self._layout.addr_le))
         self._written.add(handle)
 
