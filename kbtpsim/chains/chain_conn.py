@@ -32,17 +32,19 @@ class _ConnQp:
         wr = replace(wr, wr_id=wr.wr_id | CPU_WR)
         if cs.software:
             return cs.conn.post_send(wr)
-        if self._cc.holding is None:
-            raise RuntimeError(f"connection {self._cc.conn_id}: the CPU posts a work "
+        cc = self._cc
+        if cc.holding is None:
+            raise RuntimeError(f"connection {cc.conn_id}: the CPU posts a work "
                                "request while it holds no credit")
-        return cs.cpu_post(self._cc.holding, wr)
+        cc.posted_to = cc.slot_credit()
+        return cs.cpu_post(cc.posted_to, wr)
 
     def ring_doorbell(self) -> None:
         cs = self._cc.chains
         if cs.software:
             cs.conn.ring_doorbell()
-        elif self._cc.holding is not None:
-            cs.cpu_enable(self._cc.holding)
+        elif self._cc.holding is not None:  # through the last slot written
+            cs.cpu_enable(self._cc.posted_to)
 
 
 
@@ -70,3 +72,21 @@ class _ChainConn:
     checked: int = -1
     #: times the connection's CPU process woke (or looped) to poll its chains
     wakeups: int = 0
+    #: the credit whose CPU slots the CPU's last work request went into
+    posted_to: int = -1
+
+    def slot_credit(self) -> int:
+        """The credit whose CPU slots the CPU's next work request goes into: the oldest
+        credit it holds, not older than the last one written (the slots run in ring
+        order, each credit's after the earlier ones'), with a slot free; else the one
+        it serves. Effects of several held credits' requests (behind a FREE that waits,
+        say) can come out together: since decision C30 a credit no variant took
+        finishes at its receive, so the CPU may serve it while it holds the gates of
+        the credits before, and one credit's slots would not hold them all."""
+        chains = self.chains
+        for credit in sorted({*self.held, self.holding} - {None}):
+            assert credit is not None
+            if credit >= self.posted_to and chains.cpu_slots_free(credit) > 0:
+                return credit
+        assert self.holding is not None
+        return self.holding

@@ -257,11 +257,47 @@ class _Builder(VariantSteps, CasLowering):
         # --- step 3+: per variant ---
         for v in self.variants:
             getattr(self, f"_v_{v.name}")(v)
+        self._prune_unread_common()  # before the CAS lowering, which places fences
         if self.lowering == "cas":
             self._lower()
         self._sequence()
         self._fences()
         return self.chain
+
+    def _prune_unread_common(self) -> None:
+        """Decision C30: a WR of the common part that nothing reads is not built (the
+        byte-count copy where every variant tests the receive CQE itself; the entry Read,
+        with its handle patch and table marker, where no variant reads the entry it
+        samples: a chain of LOADs that read their own, C21). A WR is read when another
+        names it as a producer of what it reads, or reads a buffer it places (and, on
+        CAS-lowered chains, a CAS is read by the WR it arms)."""
+        ch = self.chain
+
+        def buffers(locs: list[str]) -> set[str]:
+            return {loc.split("+", 1)[0] for loc in locs if loc.startswith("buf:")}
+
+        while True:
+            kept = list(ch.wrs())
+            read: set[str] = set()
+            read_bufs: set[str] = set()
+            for w in kept:
+                read |= w.reads_from()
+                conds = [c for c in (w.cond, w.cas_cond) if c is not None]
+                read_bufs |= buffers([r.loc for r in (*w.gather, *w.reads)]
+                                     + [c.word.loc for c in conds])
+                if w.arms is not None and w.arms in ch:  # a CAS is read by what it arms
+                    read.add(w.name)
+            dead = [w.name for w in kept if w.part == "dispatch" and w.role is Role.WORKER
+                    and w.name not in read
+                    and not buffers([p.dest for p in w.places]) & read_bufs]
+            if not dead:
+                return
+            for name in dead:
+                step = ch.wr(name).step
+                ch.graph.remove_node(name)
+                self.step_wrs[step].remove(name)
+                if not self.step_wrs[step]:
+                    del self.step_wrs[step]
 
     def _fences(self) -> None:
         """A FENCE WR waits for every earlier Read and atomic of its send queue: the

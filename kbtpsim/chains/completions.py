@@ -53,6 +53,9 @@ class Finished:
     #: when the table-entry Read that the LOADs' tests use sampled the entry (its
     #: ``Cqe.sampled``), if its CQE came: a LOAD's linearisation point
     entry_read: int | None = None
+    #: no variant took the request (chains v2 with per-operation dispatch): nothing of
+    #: its chain ran, so the CPU learnt of it at its receive (decision C30)
+    no_chain: bool = False
 
     @property
     def needs_cpu(self) -> bool:

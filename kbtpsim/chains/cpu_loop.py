@@ -147,6 +147,8 @@ class ChainCpuLoop(_Base):
                 cc.orphans.extend(finished[i:])
                 return
             if f.needs_cpu:
+                if f.no_chain:  # taken as it arrived, as _take_early takes a request
+                    self.before_chain += 1  # no chain can serve (C30: none ran)
                 yield from self._serve_cpu(cc, f)
             else:
                 yield from self._serve_nic(cc, f)

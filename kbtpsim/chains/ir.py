@@ -189,6 +189,18 @@ class WrTemplate:
     def label(self) -> str:
         return "RECV" if self.opcode is None else self.opcode.name
 
+    def reads_from(self) -> set[str]:
+        """The WRs whose placements this WR reads when it executes (gather pieces,
+        condition words and operands, atomic targets, placed fields)."""
+        out = {p for r in (*self.gather, *self.reads) for p in r.producers}
+        for c in (self.cond, self.cas_cond):
+            if c is not None:
+                out.update(c.word.producers)
+                out.update(s.producer for s in (c.compare_source, c.mask_source)
+                           if s is not None)
+        out.update(f.producer for f in self.fields.values() if isinstance(f, Placed))
+        return out
+
 
 @dataclass
 class Chain:

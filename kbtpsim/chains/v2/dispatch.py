@@ -55,7 +55,6 @@ from kbtpsim.chains.ir import (
     CondSpec,
     Const,
     EdgeKind,
-    Placed,
     Role,
     WrTemplate,
 )
@@ -71,6 +70,7 @@ from kbtpsim.chains.v2.belongs import (
 )
 from kbtpsim.chains.v2.gating import check_gated, credit_local
 from kbtpsim.chains.v2.lanes import requeue
+from kbtpsim.chains.v2.lookup import own_lookups
 from kbtpsim.chains.v2.vgates import check_gate_order, gates_per_variant
 from kbtpsim.chains.vocab import SUB_LANE
 from kbtpsim.nic.profile import NicProfile
@@ -89,11 +89,15 @@ def _steps(wrs: list[WrTemplate]) -> list[int]:
     return sorted({w.step for w in wrs})
 
 
-def split_variants(chain: Chain, early: bool = True) -> Chain:
+def split_variants(chain: Chain, early: bool = True, lookups: bool = True) -> Chain:
     """``chain`` (in lanes, before :func:`~kbtpsim.chains.v2.waits.split_waits`) with
     per-operation dispatch (module docstring); ``early``: a variant that reads nothing of
     the common part is dispatched before the gate, its own sub-master WAITing for it
-    (decision C25; False: after the gate, as before C25, and for a mutant)."""
+    (decision C25; False: after the gate, as before C25, and for a mutant); ``lookups``:
+    each variant reads the entry on a lane of its own, and there is no common part
+    (decision C30, :mod:`.lookup`; False: as before C30, for a measurement)."""
+    if lookups:
+        chain = own_lookups(chain)
     variants = [v for v in VARIANTS if any(w.part == v for w in chain.wrs())]
     if not variants:
         raise DispatchError("dispatch: the chain serves no variant")
@@ -173,7 +177,12 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
             a_steps.append(s)
         seq_v: list[WrTemplate] = []
         waited_w = waited_c = 0
-        if whole and early:  # decision C25: dispatched before the gate, which its own
+        #: decision C25: a LOAD that reads nothing of the common part is dispatched
+        #: before the gate; C30: the other variants after it, as they were while they
+        #: read the common part (a WAIT for the gate of their own, advanced every round,
+        #: and their lanes' ENABLEs on the master would cost a LOAD's credit more)
+        pre_gate = whole and early and VARIANTS[v].op == "LOAD"
+        if pre_gate:  # decision C25: dispatched before the gate, which its own
             # sub-master WAITs for first; the master ENABLEs the credit-local lanes of
             # its first step itself (beside, so that a LOAD at window 1 pays one WAIT)
             seq_v.append(_wr(f"wait_prev_{v}", v, steps[0], Opcode.WAIT, "cq:gate",
@@ -205,7 +214,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
             # a step (decision C16: the LOAD's early release shares its step)
             groups = [("qp:conn", [w for w in conn if w.step == s]),
                       *((f"qp:worker@{lane}", ws) for lane, ws in by_lane.items())]
-            if whole and early and i == 0:  # C25: the master runs these before the gate
+            if pre_gate and i == 0:  # C25: the master runs these before the gate
                 local = [(r, ws) for r, ws in groups if r != "qp:conn" and ws
                          and all(credit_local(w) for w in ws)]
                 groups = [g for g in groups if g not in local]
@@ -244,7 +253,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
         sub[v] = seq_v
     # C25: the receive, the variants that WAIT for the gate themselves, then the gate
     seq = [replace(chain.wr("wait_recv"))]
-    gated_here = {v for v in sub if sub[v][0].name == f"wait_prev_{v}"}
+    gated_here = {v for v in sub if any(w.name == f"wait_prev_{v}" for w in sub[v])}
     for group in (gated_here, set(sub) - gated_here):
         for v in variants:
             if v in a_end and v in group:
@@ -309,15 +318,7 @@ def split_variants(chain: Chain, early: bool = True) -> Chain:
 
 def _data_producers(w: WrTemplate) -> set[str]:
     """The WRs whose placements ``w`` reads when it executes."""
-    out = {p for r in w.gather for p in r.producers}
-    if w.cond is not None:
-        out.update(w.cond.word.producers)
-        if w.cond.compare_source is not None:
-            out.add(w.cond.compare_source.producer)
-        if w.cond.mask_source is not None:
-            out.add(w.cond.mask_source.producer)
-    out.update(f.producer for f in w.fields.values() if isinstance(f, Placed))
-    return out
+    return w.reads_from()
 
 
 def _wr(name: str, v: str, step: int, op: Opcode, target: str, count: Addr | Const,

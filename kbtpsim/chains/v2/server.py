@@ -27,7 +27,7 @@ RedN's firmware patch allows).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kbtpsim.chains.ir import Chain
 from kbtpsim.chains.layout import ChainLayout, RingKeys
@@ -417,7 +417,11 @@ class RecyclingChainServer(SegmentPosting, SlotQueues):
 
     def _finish(self, cr: _Credit, now: int) -> Finished:
         self._note_run(cr)
-        return super()._finish(cr, now)
+        f = super()._finish(cr, now)
+        if self.dispatch_conds and self.failed_at is None and \
+                self.dispatched_variant(cr) is None:
+            f = replace(f, no_chain=True)  # C30: no common part either
+        return f
 
     def take_early(self, credit: int, now: int) -> Finished:
         self._note_run(self.live[credit])

@@ -14,7 +14,11 @@ def test_show_v2_lists_lanes_and_the_recycle_segment(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["chains", "show", "LOAD", "--nic", "ideal-be", "--chains", "v2"]) == 0
     out = capsys.readouterr().out
-    assert "worker@load" in out and "qp:worker@dispatch" in out
+    assert "worker@load" in out
+    # decision C30: the LOAD reads its own entry (C21), so its chain has no look-up lane
+    assert "qp:worker@dispatch" not in out and "read_entry" not in out
+    assert main(["chains", "show", "STORE", "--nic", "ideal-be", "--chains", "v2"]) == 0
+    assert "read_entry_store_inline" in capsys.readouterr().out  # its own (C30)
     assert "recycle segment" in out and "rearm_recv" in out and "restore_scratch" in out
     assert main(["chains", "show", "LOAD", "--nic", "ideal-be", "--chains", "v1"]) == 0
     assert "worker@" not in capsys.readouterr().out  # v1: one worker

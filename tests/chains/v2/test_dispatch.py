@@ -41,18 +41,29 @@ def test_the_dispatched_chain_verifies_and_keeps_every_worker_wr() -> None:
     chain = build_chain(False, _order(PROF), None, lowering=lowering_for(PROF))
     out = split_variants(split_lanes(chain))
     assert verify(out, PROF) == [] and check_dispatch(out) == []
+    variants = ("load", "store_inline", "store_read", "alloc_inline", "alloc_read")
     before = {w.name for w in chain.wrs() if w.role is not Role.MASTER}
-    gates = {f"gate_nop_{v}" for v in ("load", "store_inline", "store_read",
-                                       "alloc_inline", "alloc_read")}  # C27
-    assert before | gates == {w.name for w in out.wrs() if w.role is not Role.MASTER}
+    gates = {f"gate_nop_{v}" for v in variants}  # C27
+    # C30: the common part (handle patch, byte count, table marker, entry Read) copied
+    # into each variant that reads it, and gone
+    common = {w.name for w in chain.wrs() if w.role is Role.WORKER and w.part == "dispatch"}
+    assert {"p_handle", "m_table", "read_entry"} <= common
+    after = {w.name for w in out.wrs() if w.role is not Role.MASTER}
+    copies = after - before - gates
+    assert copies and all(c.rsplit("_", 1)[0] in common or any(
+        c == f"{b}_{v}" for b in common for v in variants) for c in copies), copies
+    assert {"read_entry_store_inline", "read_entry_alloc_read"} <= copies
+    assert (before - common) | gates | copies == after and not common & after
     for w in out.wrs():  # every variant WR on its variant's lane, its master its own
-        if w.role is Role.WORKER and w.part not in ("dispatch",):
-            assert w.lane in ("load", "store_inline", "store_read", "alloc_inline",
-                              "alloc_read"), w.name
+        if w.role is Role.WORKER:
+            assert w.lane in variants, w.name
     subs = {w.lane for w in out.wrs() if w.role is Role.MASTER and w.lane}
-    assert subs == {"load", "store_inline", "store_read", "alloc_inline", "alloc_read"}
+    assert subs == set(variants)
     disp = [w for w in out.wrs() if w.name.startswith("dispatch_")]
-    assert len(disp) == 10 and all(w.cond is not None and not w.lane for w in disp)
+    # one dispatch ENABLE per variant (C30: each dispatched whole, no dispatch B)
+    assert {w.name for w in disp if not w.name.startswith("dispatch_l_")} == {
+        f"dispatch_a_{v}" for v in variants}
+    assert all(w.cond is not None and not w.lane for w in disp)
 
 
 def test_header_conditions_pick_one_variant_per_request() -> None:
@@ -75,8 +86,8 @@ def _findings_with(name: str, **changes: object) -> list[str]:
 
 
 def test_dispatch_exclusive_rejects_overlapping_conditions() -> None:
-    same = _dispatched().wr("dispatch_b_store_inline").cond
-    found = _findings_with("dispatch_b_store_read", cond=same)
+    same = _dispatched().wr("dispatch_a_store_inline").cond
+    found = _findings_with("dispatch_a_store_read", cond=same)
     assert any(f.startswith("dispatch-exclusive") for f in found), found
 
 
