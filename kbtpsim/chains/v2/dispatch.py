@@ -22,6 +22,11 @@ its lane its own CQ (``cq:chain@v``); the credit's master keeps only the common 
    its own variant's markers write: rule ``dispatch-dead``), so every credit puts the same
    number of CQEs on the connection QP's CQ, whoever served it.
 
+Since decision C30 the pass first gives each variant its own copy of the common WRs it
+reads (:func:`~kbtpsim.chains.v2.lookup.own_lookups`), so there is no common part: steps
+3 and 4 are empty, every variant is dispatched whole by its dispatch A (the LOAD before
+the gate, C25; the others after it), and a request no variant takes runs nothing.
+
 A sub-master's sequence is v's steps as v1 runs them (ENABLE v's lane and, where v has
 connection WRs, the connection QP, then WAIT for them), with counts on v's own CQ. Since
 a sub-master, its lane and its CQ advance only in the rounds v runs, the counts that
