@@ -269,27 +269,13 @@ class _Builder(VariantSteps, CasLowering):
         byte-count copy where every variant tests the receive CQE itself; the entry Read,
         with its handle patch and table marker, where no variant reads the entry it
         samples: a chain of LOADs that read their own, C21). A WR is read when another
-        names it as a producer of what it reads, or reads a buffer it places (and, on
-        CAS-lowered chains, a CAS is read by the WR it arms)."""
+        names it as a producer of what it reads, or reads a buffer it places
+        (:meth:`~kbtpsim.chains.ir.WrTemplate.reads_what`)."""
         ch = self.chain
-
-        def buffers(locs: list[str]) -> set[str]:
-            return {loc.split("+", 1)[0] for loc in locs if loc.startswith("buf:")}
-
         while True:
             kept = list(ch.wrs())
-            read: set[str] = set()
-            read_bufs: set[str] = set()
-            for w in kept:
-                read |= w.reads_from()
-                conds = [c for c in (w.cond, w.cas_cond) if c is not None]
-                read_bufs |= buffers([r.loc for r in (*w.gather, *w.reads)]
-                                     + [c.word.loc for c in conds])
-                if w.arms is not None and w.arms in ch:  # a CAS is read by what it arms
-                    read.add(w.name)
             dead = [w.name for w in kept if w.part == "dispatch" and w.role is Role.WORKER
-                    and w.name not in read
-                    and not buffers([p.dest for p in w.places]) & read_bufs]
+                    and not any(r is not w and r.reads_what(w) for r in kept)]
             if not dead:
                 return
             for name in dead:

@@ -201,6 +201,23 @@ class WrTemplate:
         out.update(f.producer for f in self.fields.values() if isinstance(f, Placed))
         return out
 
+    def buffers_read(self) -> set[str]:
+        """The scratch buffers (``buf:NAME``) this WR reads when it executes."""
+        conds = [c for c in (self.cond, self.cas_cond) if c is not None]
+        return _buffers([r.loc for r in (*self.gather, *self.reads)]
+                        + [c.word.loc for c in conds])
+
+    def reads_what(self, other: WrTemplate) -> bool:
+        """This WR reads what ``other`` places: it names ``other`` as a producer, or
+        reads a scratch buffer ``other`` places."""
+        return other.name in self.reads_from() or bool(
+            _buffers([p.dest for p in other.places]) & self.buffers_read())
+
+
+def _buffers(locs: list[str]) -> set[str]:
+    """The ``buf:NAME`` buffers among locations (``buf:NAME+offset``, ``wqe:...``)."""
+    return {loc.split("+", 1)[0] for loc in locs if loc.startswith("buf:")}
+
 
 @dataclass
 class Chain:

@@ -161,7 +161,7 @@ def split_variants(chain: Chain, early: bool = True, lookups: bool = True) -> Ch
         """``w`` reads octets a common worker WR places (a gather, its condition word,
         a placed field)."""
         return any(p in chain and chain.wr(p).role is Role.WORKER
-                   and variant_of(chain.wr(p)) is None for p in _data_producers(w))
+                   and variant_of(chain.wr(p)) is None for p in w.reads_from())
 
     sub: dict[str, list[WrTemplate]] = {}
     a_end: dict[str, int] = {}  # variant -> sub-master WRs in its phase A
@@ -319,11 +319,6 @@ def split_variants(chain: Chain, early: bool = True, lookups: bool = True) -> Ch
     out.notes.append(f"dispatch: {', '.join(variants)} each on its own sub-master, "
                      "dispatched by its header condition")
     return out
-
-
-def _data_producers(w: WrTemplate) -> set[str]:
-    """The WRs whose placements ``w`` reads when it executes."""
-    return w.reads_from()
 
 
 def _wr(name: str, v: str, step: int, op: Opcode, target: str, count: Addr | Const,

@@ -33,21 +33,6 @@ from kbtpsim.chains.ir import (
 from kbtpsim.chains.v2.belongs import DispatchError, variant_of
 
 
-def _buffers(locs: list[str]) -> set[str]:
-    return {loc.split("+", 1)[0] for loc in locs if loc.startswith("buf:")}
-
-
-def _reads_buffers(w: WrTemplate) -> set[str]:
-    conds = [c for c in (w.cond, w.cas_cond) if c is not None]
-    return _buffers([r.loc for r in (*w.gather, *w.reads)] + [c.word.loc for c in conds])
-
-
-def _needs(w: WrTemplate, c: WrTemplate) -> bool:
-    """``w`` reads what ``c`` places (by producer, or by a buffer ``c`` places)."""
-    return c.name in w.reads_from() or bool(
-        _buffers([p.dest for p in c.places]) & _reads_buffers(w))
-
-
 def _rename_loc(loc: str, names: dict[str, str]) -> str:
     """``wqe:WR.FIELD...`` with WR renamed."""
     if loc.startswith("wqe:"):
@@ -110,11 +95,11 @@ def own_lookups(chain: Chain) -> Chain:
             mine.setdefault(v, []).append(w)
     copies: dict[str, dict[str, str]] = {}  # variant -> common name -> its copy's
     for v, ws in mine.items():
-        need = {c for c in common if any(_needs(w, common[c]) for w in ws)}
+        need = {c for c in common if any(w.reads_what(common[c]) for w in ws)}
         grew = True
         while grew:  # and what those read of the common part
             more = {c for c in common if c not in need
-                    and any(_needs(common[n], common[c]) for n in need)}
+                    and any(common[n].reads_what(common[c]) for n in need)}
             grew = bool(more)
             need |= more
         if need:
