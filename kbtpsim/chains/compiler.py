@@ -272,10 +272,12 @@ class _Builder(VariantSteps, CasLowering):
         names it as a producer of what it reads, or reads a buffer it places
         (:meth:`~kbtpsim.chains.ir.WrTemplate.reads_what`)."""
         ch = self.chain
-        while True:
+        while True:  # what every WR reads, once a round (not pairwise: reads_what)
             kept = list(ch.wrs())
+            read = {n for r in kept for n in r.reads_from()}
+            read_bufs = {b for r in kept for b in r.buffers_read()}
             dead = [w.name for w in kept if w.part == "dispatch" and w.role is Role.WORKER
-                    and not any(r is not w and r.reads_what(w) for r in kept)]
+                    and w.name not in read and not w.buffers_placed() & read_bufs]
             if not dead:
                 return
             for name in dead:

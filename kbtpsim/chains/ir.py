@@ -207,11 +207,15 @@ class WrTemplate:
         return _buffers([r.loc for r in (*self.gather, *self.reads)]
                         + [c.word.loc for c in conds])
 
+    def buffers_placed(self) -> set[str]:
+        """The scratch buffers (``buf:NAME``) this WR places into."""
+        return _buffers([p.dest for p in self.places])
+
     def reads_what(self, other: WrTemplate) -> bool:
         """This WR reads what ``other`` places: it names ``other`` as a producer, or
         reads a scratch buffer ``other`` places."""
         return other.name in self.reads_from() or bool(
-            _buffers([p.dest for p in other.places]) & self.buffers_read())
+            other.buffers_placed() & self.buffers_read())
 
 
 def _buffers(locs: list[str]) -> set[str]:

@@ -99,7 +99,7 @@ def split_variants(chain: Chain, early: bool = True, lookups: bool = True) -> Ch
     per-operation dispatch (module docstring); ``early``: a variant that reads nothing of
     the common part is dispatched before the gate, its own sub-master WAITing for it
     (decision C25; False: after the gate, as before C25, and for a mutant); ``lookups``:
-    each variant reads the entry on a lane of its own, and there is no common part
+    each variant that reads the table entry has its own look-up, and there is no common part
     (decision C30, :mod:`.lookup`; False: as before C30, for a measurement)."""
     if lookups:
         chain = own_lookups(chain)
