@@ -343,7 +343,7 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
             qp = self.qps[role]
             for w in self.per_credit[role]:
                 wr = self._build(cr, w, shape=False)
-                idx = self._qp_of(w, number).post_send(wr)
+                idx = cr.index[w.name][0].post_send(wr)
                 assert idx == cr.index[w.name][1], (w.name, idx)
                 self.wrs_posted += 1
                 if self.cpu_slots and w.name == first_master:

@@ -64,3 +64,18 @@ def test_profiles_that_cannot_recycle_are_refused_with_the_reason(profile: str,
 def test_unknown_chain_version_is_refused() -> None:
     with pytest.raises(ValueError, match="chains must be one of v1, v2, got 'v3'"):
         chain_server_class("v3")
+
+
+def test_a_credit_posts_to_its_slots_queues_and_the_shared_ones_in_order() -> None:
+    """The set-up groups the queues by slot once (issue 17: filtering every queue of
+    every slot per credit was quadratic); a credit's queues, and their order, which
+    orders its recycle segment's steps, are what that filter gave."""
+    h = Harness("ideal-be", False, credits=12, chains="v2")
+    s = h.server
+    names = list(s.queues())
+    for number in range(s.credits):
+        tag = f"#{number}"
+        want = [r for r in names if "#" not in r or r.endswith(tag)]
+        assert list(s._credit_queues(number)) == want
+        assert list(s._slots[number].segments) == want
+    assert "master#1" in names and "master#11" not in s._credit_queues(1)
