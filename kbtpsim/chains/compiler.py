@@ -103,6 +103,14 @@ class _Builder(VariantSteps, CasLowering):
             self.step_wrs.setdefault(wr.step, []).append(wr.name)
         return wr
 
+    def _move_last(self, name: str) -> None:
+        """Move WR ``name`` behind the WRs added so far in its step (on its QP, behind
+        those of its lane), before any edge exists (decision C31)."""
+        wr = self.chain.wr(name)
+        self.chain.graph.remove_node(name)
+        self.step_wrs[wr.step].remove(name)
+        self.add(wr)
+
     def marker(self, name: str, part: str, step: int, loc: str, producers: tuple[str, ...],
                compare: bytes, mask: bytes, about: str, arm: str, slot: int,
                word_order: Order = "octets", compare_source: Placed | None = None) -> None:

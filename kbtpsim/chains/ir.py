@@ -184,6 +184,11 @@ class WrTemplate:
     #: for a worker WR: the worker QP it runs on ("" = the connection's one worker QP;
     #: chains v2 give each part its own, :mod:`kbtpsim.chains.v2.lanes`)
     lane: str = ""
+    #: an *opportunistic* WR (decision C31): an early copy of WR ``twin`` (same opcode,
+    #: target and count), which may test request markers' octets before they are
+    #: ordered to land: one not landed yet reads as restored and fails the test, and
+    #: the twin, properly ordered, does the work later (rule ``opportunistic``)
+    twin: str | None = None
 
     @property
     def label(self) -> str:

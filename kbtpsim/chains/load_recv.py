@@ -33,7 +33,7 @@ from kbtpsim.chains.vocab import (
     msg_length,
 )
 from kbtpsim.nic.cq import CQE_BYTE_CNT
-from kbtpsim.nic.wqe import Opcode
+from kbtpsim.nic.wqe import Opcode, WqeFlags
 
 
 class RecvLoadSteps(StepHelpers):
@@ -109,6 +109,34 @@ class RecvLoadSteps(StepHelpers):
                     f"receive byte count = {n_msg} (CQE)", "w_load", W_BC)
         self.chain.wr("m_load_msg").lane = f"{v.name}{SUB_LANE}cqe"
 
+    def _early_on_read_lane(self, v: Variant, sealed: CondSpec, step: int) -> None:
+        """Decision C31: the early release (C16) right behind the entry Read on its lane,
+        fenced (it runs once the Read has landed), instead of on the sub-master after
+        the WAIT for every step-1 CQE: the Read's CQE, that WAIT, and the fetch and
+        decode of the WQE behind it leave the path from one credit's gate to the next.
+
+        Nothing but its FENCE orders it after the request markers, on three other
+        lanes, so it is *opportunistic* (``twin``: the release at the end of the
+        LOAD, properly ordered): a marker not landed yet reads as restored (00, the
+        test wants 01) and it does nothing, the twin releasing later. What the gate
+        promises the next credit -- this credit's data Write and COMPLETION are
+        patched -- a marker carries: every patch of those two WRs (Data Descriptor,
+        INVALIDATE, ALLOW_UNSEALED's masks) runs on one lane before the
+        descriptor-length marker, and one QP's Writes are placed in order (rule
+        ``opportunistic``)."""
+        lane = f"{v.name}{SUB_LANE}"  # the connection WRs' patches, each lane's
+        for name, tag in (("m_load_len", "dd"),):
+            self.chain.wr(name).lane = lane + tag
+            self._move_last(name)
+        self.add(WrTemplate(
+            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, step,
+            flags=WqeFlags.FENCE,
+            fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
+            cond=sealed, twin=f"release_{v.name}",
+            note="release the next credit early, behind the entry Read (fenced; "
+                 "opportunistic, C31): a sealed block cannot change before this LOAD's "
+                 "data Write has read it"))
+
     def _load_in_range(self) -> CondSpec:
         """C21: the handle in the readable block, tested on the octets the receive
         placed (the entry Read's, and the reader count's, own condition)."""
@@ -182,6 +210,7 @@ class RecvLoadSteps(StepHelpers):
                           Read("wqe:load_write.sge0.addr", 8, ("load_read",),
                                "entry Block Offset (in the data Write's WQE)")),
             cond=valid("load_send"), patch_step=data - 1)
+        early_on_lane = not self.geo.readers  # decision C31 (below)
         for name in ("p_dd_load", "p_inv_load", "c_inv_load"):  # on a lane of their own
             if name in self.chain:
                 self.chain.wr(name).lane = f"{v.name}{SUB_LANE}dd"
@@ -203,11 +232,14 @@ class RecvLoadSteps(StepHelpers):
             self.chain.wr(f"p_au_{target}").lane = \
                 f"{v.name}{SUB_LANE}{self._load_lane(target)}"
         # Pipelining (decision C16): a sealed LOAD releases the next credit early
-        self.add(WrTemplate(
-            f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, data,
-            fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
-            cond=sealed, note="release the next credit early: a sealed block cannot "
-                              "change before this LOAD's data Write has read it"))
+        if not early_on_lane:
+            self.add(WrTemplate(
+                f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, data,
+                fields={"target": Addr("qp:gate"), "count": Addr("wr:gate_nop", 1)},
+                cond=sealed, note="release the next credit early: a sealed block cannot "
+                                  "change before this LOAD's data Write has read it"))
+        else:
+            self._early_on_read_lane(v, sealed, data - 1)
         if self.geo.readers:  # C20: the - 1 once the data Write has completed, under the
             # + 1's condition; its address from where the receive placed the handle
             self.patch("p_h_unr", v.name, 1, [self._handle_src()], "wqe:load_unread.raddr",

@@ -28,6 +28,7 @@ class StepHelpers:
     if TYPE_CHECKING:
         # the builder's (kbtpsim.chains.compiler)
         def add(self, wr: WrTemplate) -> WrTemplate: ...
+        def _move_last(self, name: str) -> None: ...
         def marker(self, name: str, part: str, step: int, loc: str,
                    producers: tuple[str, ...], compare: bytes, mask: bytes, about: str,
                    arm: str, slot: int, word_order: Order = "octets",

@@ -42,6 +42,11 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
     only WRs so conditioned place, and request markers whose octet it tests (decision
     C15: the LOAD's data Write tests the entry its own Read placed, a Read that runs only
     on a full arm word, and the byte-count marker's octet beside it).
+``opportunistic``
+    An opportunistic WR (decision C31: the LOAD's early release behind its entry Read)
+    may test request markers' octets before they are ordered to land, as long as a
+    twin, ordered, does its work later, and its markers follow on their QPs every patch
+    of the connection WRs its release lets run (:mod:`kbtpsim.chains.verify_opportunistic`).
 ``cas-armed``
     CAS-on-WQE (RedN; decision C5): a WR posted *disarmed* (a NOP) must be armed by a CAS
     on its control word (its ``ctrl_word`` field placed by the CAS, so ``held-back``
@@ -65,6 +70,7 @@ from kbtpsim.chains.verify_landing import (
     _check_staged_reads,
     _check_torn_reads,
 )
+from kbtpsim.chains.verify_opportunistic import check_opportunistic, unordered_marker
 from kbtpsim.chains.verify_readers import _check_readers
 from kbtpsim.chains.violation import ChainRejected, Violation
 from kbtpsim.nic.profile import NicProfile
@@ -258,7 +264,12 @@ def _check_table_key(wr: WrTemplate, profile: NicProfile, out: list[Violation]) 
 
 def _check_cas(chain: Chain, wr: WrTemplate, profile: NicProfile,
                out: list[Violation]) -> None:
-    """Rule ``cas-armed`` and the byte orders of CAS-on-WQE operands (decision C5)."""
+    """Rule ``opportunistic``
+    An opportunistic WR (decision C31: the LOAD's early release behind its entry Read)
+    may test request markers' octets before they are ordered to land, as long as a
+    twin, ordered, does its work later, and its markers follow on their QPs every patch
+    of the connection WRs its release lets run (:mod:`kbtpsim.chains.verify_opportunistic`).
+``cas-armed`` and the byte orders of CAS-on-WQE operands (decision C5)."""
     if wr.disarmed:
         src = wr.fields.get("ctrl_word")
         if not (isinstance(src, Placed) and src.producer in chain
@@ -341,7 +352,8 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
                 if p not in chain:
                     out.append(Violation(wr.name, rd.loc, "consistency",
                                          f"producer {p!r} is not in the chain"))
-                elif not reach.ordered(p, wr.name):
+                elif not reach.ordered(p, wr.name) and \
+                        not unordered_marker(chain, wr, rd, p):  # C31
                     out.append(Violation(
                         wr.name, rd.loc, "placed-before-use",
                         f"{wr.name} reads {rd.loc} ({rd.about or 'data'}) at execution, "
@@ -360,6 +372,7 @@ def verify(chain: Chain, profile: NicProfile) -> list[Violation]:
                                  out)
         if cond is not None and cond.mask_source is not None:
             _check_placed(chain, wr, "cond_mask", cond.mask_source, profile, out)
+    check_opportunistic(chain, profile, reach.ordered, out)
     _check_placement(chain, profile, out)
     _check_torn_reads(chain, profile, out)
     _check_staged_reads(chain, out)

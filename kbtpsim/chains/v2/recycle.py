@@ -59,6 +59,9 @@ class RecycleStep:
     #: advance: the count it advances (by its delta)
     count: CountField | None = None
     signaled: bool = True
+    #: restore_wqes: the span's last WQE is a WAIT/ENABLE whose count is advanced,
+    #: restored only up to its count (as ``restore_ctrl`` restores one alone: C31)
+    upto_count: bool = False
 
 
 @dataclass
@@ -127,13 +130,24 @@ def plan_recycle(counts: list[CountField], modified: set[tuple[str, int]],
     by_qp: dict[str, list[int]] = {}
     for qp, idx in modified - every_count:
         by_qp.setdefault(qp, []).append(idx)
+    # a CAS-armed WAIT/ENABLE (cx5), or one whose condition's mask a patch frees (C21):
+    # all before its advanced count, at the end of a run it follows (C31), else alone
+    ctrl = sorted(modified & every_count)
     for qp in sorted(by_qp):
         keep = {idx for q, idx in every_count if q == qp}
         for first, n in runs(by_qp[qp], keep):
-            steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{first + n - 1} "
-                                     "<- pristine", (qp, first, n)))
-    for qp, idx in sorted(modified & every_count):  # a CAS-armed WAIT/ENABLE (cx5), or one
-        # whose condition's mask a patch frees (C21): all before its advanced count
+            end = first + n
+            tail = next((i for q, i in ctrl if q == qp and end <= i <= end + MAX_JOIN_GAP
+                         and not any(j in keep for j in range(end, i))), None)
+            if tail is None:
+                steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{end - 1} "
+                                         "<- pristine", (qp, first, n)))
+                continue
+            ctrl.remove((qp, tail))
+            steps.append(RecycleStep("restore_wqes", f"{qp} WQEs {first}..{tail} <- "
+                                     f"pristine, WQE {tail} up to its count (advanced)",
+                                     (qp, first, tail + 1 - first), upto_count=True))
+    for qp, idx in ctrl:
         steps.append(RecycleStep("restore_ctrl", f"{qp} WQE {idx} up to its count <- "
                                  "pristine (control and condition segments; its count is "
                                  "advanced)", (qp, idx, 1)))
@@ -205,8 +219,8 @@ def check_recycle(plan: RecyclePlan, chain_counts: list[CountField],
             qp, first, n = s.span
             restored.update((qp, i) for i in range(first, first + n))
         if s.kind == "restore_wqes" and any((s.span[0], i) in counted
-                                            for i in range(s.span[1],
-                                                           s.span[1] + s.span[2])):
+                                            for i in range(s.span[1], s.span[1] + s.span[2]
+                                                           - s.upto_count)):
             out.append(f"recycle-advanced: {s.about} rewrites a WAIT/ENABLE count with "
                        "its round-0 value")
     for qp, idx in sorted(chain_modified - restored):

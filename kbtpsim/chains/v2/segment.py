@@ -57,8 +57,10 @@ class SegmentPosting:
                 # a WAIT/ENABLE whose count is advanced: everything before the count
                 # (its control segment, CAS-armed on cx5; its condition segment, whose
                 # mask a C21 patch frees)
-                length = field_layout(q.posted[first % q.sq_depth])["wait_index"][0] \
-                    if st.kind == "restore_ctrl" else n * q.stride
+                last = first + n - 1
+                length = field_layout(q.posted[last % q.sq_depth])["wait_index"][0] \
+                    + (n - 1) * q.stride if st.kind == "restore_ctrl" or st.upto_count \
+                    else n * q.stride
                 wr = WorkRequest(Opcode.RDMA_WRITE, (Sge(slot.wqe_copies[(role, first)],
                                                          length, self.pristine.lkey),),
                                  sig, remote_addr=q.wqe_addr(first), rkey=q.sq_mr.rkey,

@@ -90,16 +90,21 @@ def test_a_load_at_window_one_pays_one_wait() -> None:
 
 
 def test_an_early_release_alone_in_its_step_runs_on_the_sub_master() -> None:
-    """C25: ``early_load`` (and the stores' early releases) are sub-master WRs, right
-    after the ENABLE of their step's connection WRs, conditional as before."""
+    """C25: the stores' early releases are sub-master WRs, right after the ENABLE of
+    their step's connection WRs, conditional as before; since C31 the LOAD's runs on
+    its entry Read's lane instead (tests/chains/v2/test_load_recv.py)."""
     ch = _chain()
-    for v in ("load", "alloc_inline", "store_inline"):
+    for v in ("alloc_inline", "store_inline"):
         w = ch.wr(f"early_{v}")
         assert w.role.value == "master" and w.lane == v, (w.name, w.role, w.lane)
         assert w.cond is not None and w.fields["target"] == Addr(f"qp:gate@{v}")  # C27
-    sub = _master_order(ch, "load")
-    at = sub.index("early_load")
-    assert sub[at - 1] == "enable_conn_load_2"
+    for v in ("alloc_inline", "store_inline"):
+        sub = _master_order(ch, v)
+        assert sub[sub.index(f"early_{v}") - 1].startswith(f"enable_conn_{v}_")
+    w = ch.wr("early_load")
+    assert w.role.value == "worker" and w.lane == "load" and w.twin == "release_load"
+    assert w.fields["target"] == Addr("qp:gate@load")
+    assert "early_load" not in _master_order(ch, "load")
     assert ch.graph.edges["early_load", "gate_nop_load"]["kind"] is EdgeKind.ENABLE
 
 
@@ -119,8 +124,9 @@ def test_after_the_gate_a_load_runs_only_what_reads_the_table_or_the_cpus_octets
     assert gated == {"load", "load__req"}
     step1 = {lane: [w.name for w in ch.wrs() if w.lane == lane and w.step == 1
                     and w.role.value == "worker"] for lane in gated}
-    assert step1 == {"load": ["load_read"], "load__req": ["m_load_gs"]}
+    # C31: the early release behind the Read, on its lane
+    assert step1 == {"load": ["load_read", "early_load"], "load__req": ["m_load_gs"]}
     early = {w.fields["target"].ref.split("@", 1)[1]  # type: ignore[union-attr]
              for w in ch.wrs() if w.name.startswith("dispatch_l_load")}
     assert {"load__au", "load__dd", "load__cqe"} <= early
-    assert "m_load_len" in {w.name for w in ch.wrs() if w.lane == "load__au"}
+    assert "m_load_len" in {w.name for w in ch.wrs() if w.lane == "load__dd"}  # C31

@@ -6,19 +6,21 @@ restore of what ALLOW_UNSEALED patches, and its verifier rules with broken chain
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 
 import pytest
 
 from kbtpsim.chains.compiler import build_chain
 from kbtpsim.chains.harness import Harness
-from kbtpsim.chains.ir import Placed
+from kbtpsim.chains.ir import EdgeKind, Placed, Role
 from kbtpsim.chains.measure import measure
 from kbtpsim.chains.plan import _order, lowering_for
 from kbtpsim.chains.v2 import RecycleError, prepare_chain
 from kbtpsim.chains.verify import verify
 from kbtpsim.chains.vocab import W_GS, Geometry
 from kbtpsim.nic.profiles import get_profile
+from kbtpsim.nic.wqe import WqeFlags
 from tests.chains.test_run import DATA, INL, Req, served
 
 PROF = get_profile("ideal-be")
@@ -45,7 +47,8 @@ def test_the_receive_places_the_handle_into_the_entry_read() -> None:
     assert read.step == 1 and read.fields["raddr"] == Placed(
         "recv", "Block Handle << 8", "big", "request")
     assert read.cond is not None and read.cond.word.loc == "wqe:load_read.raddr"
-    assert {ch.wr(n).step for n in ("load_write", "load_send", "early_load")} == {2}
+    assert {ch.wr(n).step for n in ("load_write", "load_send")} == {2}
+    assert ch.wr("early_load").step == 1  # C31: behind the Read, on its lane
     for gone in ("p_h_load", "m_load_hdr", "m_load_range", "c_au_load"):
         assert gone not in ch, gone
     assert "load" in ch.headers
@@ -185,3 +188,68 @@ def test_with_reader_counts_the_count_takes_the_handle_from_the_receive() -> Non
     res = h.run(msgs)
     assert h.mismatches() == []
     assert served(res, msgs) == ["alloc_inline", "load", "load", None, "free", None]
+
+
+def test_the_early_release_runs_behind_the_entry_read_on_its_lane() -> None:
+    """Decision C31: ``early_load`` is the Read's lane's next WR, fenced, opportunistic
+    with the final release as its twin; the connection WRs' Data Descriptor and
+    INVALIDATE patches run on one lane before the descriptor-length marker it tests."""
+    ch = prepare_chain("v2", _built(), PROF)
+    early = ch.wr("early_load")
+    assert early.role is Role.WORKER and early.lane == "load" and early.step == 1
+    assert early.flags & WqeFlags.FENCE and early.twin == "release_load"
+    assert ch.graph.edges["load_read", "early_load"]["kind"] is EdgeKind.FENCE
+    dd = [w.name for w in ch.wrs() if w.lane == "load__dd"]
+    assert dd == ["p_dd_load", "p_inv_load", "c_inv_load", "m_load_len"]
+    assert verify(ch, PROF) == []
+
+
+def _rules(ch, prof=PROF) -> set[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    return {(v.wr, v.rule) for v in verify(ch, prof)}
+
+
+def test_an_unfenced_early_release_reads_the_entry_unordered() -> None:
+    """Without its FENCE the release may test the entry before the Read placed it:
+    only request markers may be read unordered (rule ``placed-before-use``)."""
+    ch = prepare_chain("v2", _built(), PROF)
+    ch.wr("early_load").flags = WqeFlags.NONE
+    ch.graph.edges["load_read", "early_load"]["kind"] = EdgeKind.QP_ORDER
+    assert ("early_load", "placed-before-use") in _rules(ch)
+
+
+def test_a_patch_behind_no_marker_is_named() -> None:
+    """The descriptor-length marker on another lane than the Data Descriptor patches:
+    the release could let the next credit run the data Write unpatched (rule
+    ``opportunistic``)."""
+    ch = prepare_chain("v2", _built(), PROF)
+    ch.wr("m_load_len").lane = "load__elsewhere"
+    found = [v for v in verify(ch, PROF) if v.rule == "opportunistic"]
+    assert any("p_dd_load" in v.message for v in found), found
+
+
+def test_an_early_release_needs_an_ordered_twin() -> None:
+    ch = prepare_chain("v2", _built(), PROF)
+    ch.wr("early_load").twin = "commit_load"  # a Write, not the release
+    assert ("early_load", "opportunistic") in _rules(ch)
+    ch.wr("early_load").twin = "no_such_wr"
+    assert ("early_load", "opportunistic") in _rules(ch)
+
+
+def test_markers_imply_their_lanes_patches_only_under_in_order_placement() -> None:
+    ch = prepare_chain("v2", _built(), PROF)
+    rdmap = dataclasses.replace(PROF, placement="rdmap")
+    assert ("early_load", "opportunistic") in _rules(ch, rdmap)
+
+
+def test_a_mask_patch_is_harmless_only_under_the_releases_own_test() -> None:
+    """ALLOW_UNSEALED's patches of the data Write's and Send's masks need no marker:
+    they free the SEALED bit that the early release's own test requires. With another
+    compare, the release no longer implies their tests, and the patches are named."""
+    ch = prepare_chain("v2", _built(), PROF)
+    early = ch.wr("early_load")
+    assert early.cond is not None
+    at = 4  # the Flags' low octet in the window (w_load+9)
+    early.cond = replace(early.cond, compare=early.cond.compare[:at] + b"\x01"
+                         + early.cond.compare[at + 1:])
+    found = [v for v in verify(ch, PROF) if v.rule == "opportunistic"]
+    assert any("p_au_load_write" in v.message for v in found), found

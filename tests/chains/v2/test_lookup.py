@@ -70,8 +70,8 @@ def test_a_loads_master_runs_no_common_part() -> None:
     ch = _dispatched()
     master = [w.name for w in ch.wrs() if w.role is Role.MASTER and not w.lane]
     assert master == [
-        "wait_recv", "dispatch_a_load", "dispatch_l_load__cqe", "dispatch_l_load__au",
-        "dispatch_l_load__dd", "wait_prev", "dispatch_a_store_inline",
+        "wait_recv", "dispatch_a_load", "dispatch_l_load__cqe", "dispatch_l_load__dd",
+        "dispatch_l_load__au", "wait_prev", "dispatch_a_store_inline",
         "dispatch_a_store_read", "dispatch_a_alloc_inline", "dispatch_a_alloc_read",
         "wait_gate", "enable_conn_rest"]  # 20 before C30 (the common part, dispatch B)
     # the other variants are dispatched after the gate, whole: their sub-masters WAIT

@@ -53,6 +53,31 @@ def test_a_sound_plan_passes() -> None:
     assert kinds.index("wait") < kinds.index("rearm_recv") < kinds.index("enable_master")
 
 
+def test_a_modified_count_after_a_run_ends_it_up_to_its_count() -> None:
+    """Decision C31: a WAIT/ENABLE the chain modifies (its condition's mask) and whose
+    count is advanced, right after a run (or within its join gap), ends that run's
+    Write, written up to its count, instead of a restore of its own; a restore that
+    would write the count itself is caught."""
+    counts = [*COUNTS, CountField("worker", 6, "ENABLE", "qp:gate", 4)]
+    modified = {*MODIFIED, ("worker", 6)}
+    p = plan_recycle(counts, modified, 256, 10, 36, 68)
+    restores = [(s.kind, s.span, s.upto_count) for s in p.steps
+                if s.kind.startswith("restore_w") or s.kind == "restore_ctrl"]
+    assert restores == [("restore_wqes", ("conn", 0, 1), False),
+                        ("restore_wqes", ("worker", 2, 5), True)]
+    own = own_counts(p, 10, 36, 68)
+    assert check_recycle(p, counts + own, modified) == []
+    whole = next(s for s in p.steps if s.upto_count)
+    p.steps[p.steps.index(whole)] = replace(whole, upto_count=False)
+    assert any("rewrites a WAIT/ENABLE count" in f
+               for f in check_recycle(p, counts + own, modified))
+    # counted WQEs between the run and it keep it apart: restored alone
+    alone = plan_recycle([*counts, CountField("worker", 8, "WAIT", "cq:x", 1)],
+                         {*MODIFIED, ("worker", 8)}, 256, 10, 36, 68)
+    assert [(s.kind, s.span) for s in alone.steps if s.kind == "restore_ctrl"] == [
+        ("restore_ctrl", ("worker", 8, 1))]
+
+
 def test_a_restore_over_an_advancers_count_is_caught() -> None:
     """A restore may not cover a count a variant's advancer advances either (C26)."""
     private = [CountField("worker", 4, "WAIT", "cq:chain@load", 3)]
@@ -137,7 +162,8 @@ def test_every_credit_slot_of_a_real_chain_verifies(profile: str) -> None:
         for st in p.steps:
             if st.kind == "restore_wqes":
                 role, first, n = st.span
-                assert not any((role, i) in counts for i in range(first, first + n)), st
+                assert not any((role, i) in counts  # C31: up to the last's count
+                               for i in range(first, first + n - st.upto_count)), st
     if profile == "ideal-be":  # C26: one Write per ring for the connection QP's WQEs
         first = s._slots[0].plan
         assert first is not None
