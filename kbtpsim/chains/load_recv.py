@@ -120,14 +120,12 @@ class RecvLoadSteps(StepHelpers):
         LOAD, properly ordered): a marker not landed yet reads as restored (00, the
         test wants 01) and it does nothing, the twin releasing later. What the gate
         promises the next credit -- this credit's data Write and COMPLETION are
-        patched -- a marker carries: every patch of those two WRs (Data Descriptor,
-        INVALIDATE, ALLOW_UNSEALED's masks) runs on one lane before the
-        descriptor-length marker, and one QP's Writes are placed in order (rule
-        ``opportunistic``)."""
-        lane = f"{v.name}{SUB_LANE}"  # the connection WRs' patches, each lane's
-        for name, tag in (("m_load_len", "dd"),):
-            self.chain.wr(name).lane = lane + tag
-            self._move_last(name)
+        patched -- a marker carries: the Data Descriptor and INVALIDATE patches run on
+        one lane before the descriptor-length marker, and one QP's Writes are placed in
+        order; ALLOW_UNSEALED's patches of their masks only free the SEALED bit this
+        release requires (rule ``opportunistic``)."""
+        self.chain.wr(f"m_{v.name}_len").lane = f"{v.name}{SUB_LANE}dd"
+        self._move_last(f"m_{v.name}_len")
         self.add(WrTemplate(
             f"early_{v.name}", Role.WORKER, Opcode.ENABLE, v.name, step,
             flags=WqeFlags.FENCE,

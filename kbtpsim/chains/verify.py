@@ -264,12 +264,7 @@ def _check_table_key(wr: WrTemplate, profile: NicProfile, out: list[Violation]) 
 
 def _check_cas(chain: Chain, wr: WrTemplate, profile: NicProfile,
                out: list[Violation]) -> None:
-    """Rule ``opportunistic``
-    An opportunistic WR (decision C31: the LOAD's early release behind its entry Read)
-    may test request markers' octets before they are ordered to land, as long as a
-    twin, ordered, does its work later, and its markers follow on their QPs every patch
-    of the connection WRs its release lets run (:mod:`kbtpsim.chains.verify_opportunistic`).
-``cas-armed`` and the byte orders of CAS-on-WQE operands (decision C5)."""
+    """Rule ``cas-armed`` and the byte orders of CAS-on-WQE operands (decision C5)."""
     if wr.disarmed:
         src = wr.fields.get("ctrl_word")
         if not (isinstance(src, Placed) and src.producer in chain
