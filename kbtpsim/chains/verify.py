@@ -97,8 +97,24 @@ class _Reach:
         self.g = g
         self._after: dict[str, set[str]] = {}
         self._before: dict[str, set[str]] = {}
-        self._edges = [(a, b, k) for a, b, k in g.edges(data="kind")
-                       if k is not EdgeKind.QP_ORDER]
+        #: the edges that order (every kind but ``qp_order``), by their tail
+        self._ordering: dict[str, list[tuple[str, EdgeKind]]] = {}
+        for a, b, k in g.edges(data="kind"):
+            if k is not EdgeKind.QP_ORDER:
+                self._ordering.setdefault(a, []).append((b, k))
+
+    @staticmethod
+    def _closure(adj: dict[str, dict[str, object]], start: str) -> set[str]:
+        """``start`` and every node reachable from it along ``adj`` (a networkx
+        adjacency: successors, or predecessors for ancestors)."""
+        seen = {start}
+        todo = [start]
+        while todo:
+            for n in adj[todo.pop()]:
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        return seen
 
     def ordered(self, producer: str, consumer: str) -> bool:
         """A path producer -> consumer with at least one edge that is not ``qp_order`` (a
@@ -106,14 +122,18 @@ class _Reach:
         for Writes)."""
         g = self.g
         after = self._after.get(producer)
-        if after is None:
-            after = self._after[producer] = nx.descendants(g, producer) | {producer}
+        if after is None:  # producer and its descendants
+            after = self._after[producer] = self._closure(g._succ, producer)
         before = self._before.get(consumer)
-        if before is None:
-            before = self._before[consumer] = nx.ancestors(g, consumer) | {consumer}
+        if before is None:  # consumer and its ancestors
+            before = self._before[consumer] = self._closure(g._pred, consumer)
         fence_ok = g.nodes[producer]["wr"].opcode in FENCED
-        return any(a in after and b in before and (fence_ok or k is not EdgeKind.FENCE)
-                   for a, b, k in self._edges)
+        ordering = self._ordering
+        for a in after:
+            for b, k in ordering.get(a, ()):
+                if b in before and (fence_ok or k is not EdgeKind.FENCE):
+                    return True
+        return False
 
 
 def _held_back(chain: Chain, producer: str, consumer: str) -> bool:

@@ -15,6 +15,8 @@ import weakref
 
 import simpy
 
+from kbtpsim.nic.wake import call_at
+
 
 class ClockHold:
     """One pending event, at or before the latest instant the clock must reach."""
@@ -32,12 +34,12 @@ class ClockHold:
             self.until = t
             if not self.pending:
                 self.pending = True
-                self.env.timeout(t - self.env.now).callbacks.append(self._reached)
+                call_at(self.env, t, self._reached)
 
     def _reached(self, _ev: simpy.Event) -> None:
         env = self.env
         if self.until > env.now:
-            env.timeout(self.until - env.now).callbacks.append(self._reached)
+            call_at(env, self.until, self._reached)
         else:
             self.pending = False
 

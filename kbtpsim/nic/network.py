@@ -24,6 +24,7 @@ import simpy
 
 from kbtpsim.nic.trace import Tracer
 from kbtpsim.nic.units import Unit
+from kbtpsim.nic.wake import call_at
 
 #: environment -> ``tap(pkt, deliver, start_ps)``, called for every packet sent in that
 #: environment with the time its first octet goes on the wire (kbtpsim.nic.pcap)
@@ -86,8 +87,7 @@ class LinkDirection:
         if self.fault_hook is not None:  # held in flight, in order (a fault)
             at_far_end = max(at_far_end + self.fault_hook(pkt), self._last_arrival)
             self._last_arrival = at_far_end
-        arrival = env.timeout(at_far_end - env.now, pkt)
-        arrival.callbacks.append(lambda ev: deliver(ev.value))
+        call_at(env, at_far_end, lambda ev: deliver(ev.value), pkt)
 
 
 class Link:

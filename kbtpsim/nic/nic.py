@@ -33,6 +33,7 @@ from kbtpsim.nic.qp import QueuePair
 from kbtpsim.nic.qpstate import QpState
 from kbtpsim.nic.trace import Tracer
 from kbtpsim.nic.units import DM_BASE, AtomicLocks, Pcie, Unit
+from kbtpsim.nic.wake import call_at
 
 #: Rights of a send ring's region: local and remote write, read, and (if the profile has
 #: ``cas_on_wqe``) remote atomics, so NIC operations can rewrite WQEs.
@@ -169,12 +170,12 @@ class Nic:
             self._cqe_last[cq.cqn] = t1
         visible = self.pcie.write_visible(0, 64, label, t1)
         cqe = make_cqe(time=visible, **fields)
-        ev = self.env.timeout(visible - self.pcie.lat_ps - self.env.now)
         cq.incoming += 1
         if cq.buffer_addr is None:
-            ev.callbacks.append(lambda _e: self._push(cq, cqe))
+            call_at(self.env, visible - self.pcie.lat_ps, lambda _e: self._push(cq, cqe))
         else:
-            ev.callbacks.append(lambda _e: self._push_stored(cq, cqe, visible))
+            call_at(self.env, visible - self.pcie.lat_ps,
+                    lambda _e: self._push_stored(cq, cqe, visible))
 
     @staticmethod
     def _push(cq: CompletionQueue, cqe: Cqe) -> None:
@@ -189,8 +190,7 @@ class Nic:
         cq.push(cqe)
         addr = cq.slot_addr(index)
         raw = encode_cqe(cqe, index, cq.depth)
-        ev = self.env.timeout(max(0, visible - self.env.now))
-        ev.callbacks.append(lambda _e: self.store(addr, raw))
+        call_at(self.env, max(visible, self.env.now), lambda _e: self.store(addr, raw))
 
     def jitter_ps(self) -> int:
         return self._rng.randrange(self._jitter_ps + 1) if self._jitter_ps else 0

@@ -38,7 +38,7 @@ from kbtpsim.nic.qpstate import QpState
 from kbtpsim.nic.rx import RxSide
 from kbtpsim.nic.sq_ops import SendOps
 from kbtpsim.nic.units import Gen
-from kbtpsim.nic.wake import Signal, Wake
+from kbtpsim.nic.wake import Signal, Wake, call_at
 from kbtpsim.nic.wqe import (
     ATOMIC_OPS,
     MASKED_OPS,
@@ -243,8 +243,7 @@ class QueuePair(RxSide, SendOps):
         env = self.env
         end = nic.doorbell_unit.reserve(nic.doorbell_ps, self._label("doorbell", pi - 1),
                                         env.now + nic.mmio_ps)
-        ev = env.timeout(end - env.now)
-        ev.callbacks.append(lambda _e: self._doorbell(pi, bf))
+        call_at(env, end, lambda _e: self._doorbell(pi, bf))
 
     def enable(self, limit: int) -> None:
         """Let a managed QP run WQEs with index < ``limit`` (what ENABLE does)."""
@@ -291,17 +290,16 @@ class QueuePair(RxSide, SendOps):
         if self.fault_hook is not None:  # a stalled WQE fetch (fault injection)
             stall = self.fault_hook("fetch", start)
             if stall:
-                env.timeout(stall).callbacks.append(self._fetch_next)
+                call_at(env, env.now + stall, self._fetch_next)
                 return
         n = min(top - start, max(1, prof.pcie_mrrs // stride), depth - start % depth)
         label = self._label("fetch", start)
         issued = nic.fetch_unit.reserve(nic.fetch_ps, label)
         self.fetch_issue = start + n
         arrived = nic.pcie.read_done(self.wqe_addr(start), n * stride, label, issued)
-        ev = env.timeout(arrived - env.now)
-        ev.callbacks.append(lambda _e, s=start, k=n, g=self.fetch_gen:
-                            self._fetch_arrived(s, k, g))
-        env.timeout(issued - env.now).callbacks.append(self._fetch_next)
+        call_at(env, arrived, lambda _e, s=start, k=n, g=self.fetch_gen:
+                self._fetch_arrived(s, k, g))
+        call_at(env, issued, self._fetch_next)
 
     def _fetch_arrived(self, start: int, n: int, gen: int) -> None:
         """A fetch DMA completed: the bytes are a snapshot taken now."""
@@ -357,8 +355,8 @@ class QueuePair(RxSide, SendOps):
                     yield env.timeout(delay)
                     if self.state is QpState.ERROR or self.halted:
                         continue  # failed meanwhile: the WR is flushed, not executed
-            yield env.timeout(nic.decode_unit.reserve(nic.decode_ps, self._label("decode", idx))
-                              - env.now)
+            yield call_at(env, nic.decode_unit.reserve(nic.decode_ps,
+                                                       self._label("decode", idx)))
             self._mark(idx, "started")
             try:
                 wqe = decode_wqe(raw, order)
@@ -424,8 +422,7 @@ class QueuePair(RxSide, SendOps):
             return
         pkt = self.txq.popleft()
         # ready_at: 0 at full fidelity; at fast, a later packet's DMA end (sq_ops)
-        ev = env.timeout(nic.tx_unit.reserve(nic.tx_ps, pkt, pkt.ready_at) - env.now, pkt)
-        ev.callbacks.append(self._tx_sent)
+        call_at(env, nic.tx_unit.reserve(nic.tx_ps, pkt, pkt.ready_at), self._tx_sent, pkt)
 
     def _tx_sent(self, ev: simpy.Event) -> None:
         out, peer = self.out, self.peer
@@ -459,7 +456,7 @@ class QueuePair(RxSide, SendOps):
             end = tx.reserve(tx_ps, pkt, at if at > end else end)
             if out is not None and peer is not None:
                 out.send(pkt, peer.arrive, end)
-        env.timeout(end - env.now).callbacks.append(self._tx_next)
+        call_at(env, end, self._tx_next)
 
     # completer: retires WRs in order and writes CQEs (a chain of callbacks)
     def _cmp_run(self, _ev: simpy.Event | None = None) -> None:

@@ -39,7 +39,7 @@ from kbtpsim.nic.qpstate import QpState
 from kbtpsim.nic.rq import RecvQueue
 from kbtpsim.nic.sg import gather, scatter
 from kbtpsim.nic.units import Gen
-from kbtpsim.nic.wake import Signal, Wake
+from kbtpsim.nic.wake import Signal, Wake, call_at
 from kbtpsim.nic.wqe import Opcode
 
 if TYPE_CHECKING:
@@ -122,8 +122,7 @@ class RxSide(RecvQueue):
         cost = nic.rx_ps + nic.pt.xlat_ps.get(pkt.rkey, 0)  # indirect keys' translation
         if pkt.kind is PktKind.READ_REQ:
             cost += self._rx_read_ps
-        ev = env.timeout(nic.rx_unit.reserve(cost, pkt) - env.now, pkt)
-        ev.callbacks.append(self._rx_handle)
+        call_at(env, nic.rx_unit.reserve(cost, pkt), self._rx_handle, pkt)
 
     def _rx_handle(self, ev: simpy.Event) -> None:
         pkt: Packet = ev.value
@@ -163,11 +162,10 @@ class RxSide(RecvQueue):
         visible = nic.pcie.write_visible(addr, len(data)) + extra_ps
         if visible > self.dma_until:
             self.dma_until = visible
-        ev = env.timeout(visible - env.now)
         if then is None:
-            ev.callbacks.append(lambda _e: nic.store(addr, data))
+            call_at(env, visible, lambda _e: nic.store(addr, data))
         else:
-            ev.callbacks.append(lambda _e: (nic.store(addr, data), then()))
+            call_at(env, visible, lambda _e: (nic.store(addr, data), then()))
         return visible
 
     def _send(self, pkt: Packet) -> None:

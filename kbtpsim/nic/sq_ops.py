@@ -194,6 +194,9 @@ class SendOps:
             pkt = ev.value
             pkt.payload = gather(mem, pieces, pkt.offset, pkt.length)
             pkt.sampled = env.now
+            # in now (None: ready), and no cycle packet -> event -> packet left for the
+            # garbage collector, which held each packet's payload until its next pass
+            pkt.ready = None
 
         out = self.out
         if self.nic.fast and len(pkts) > 1 and (out is None or len(out.senders) == 1):

@@ -17,9 +17,46 @@ order; only simpy's event count is lower).
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import simpy
+
+#: simpy's priority of an ordinary event (``simpy.events.NORMAL``)
+_NORMAL = 1
+
+
+class Due:
+    """A scheduled instant: what simpy's event loop needs of an event (``callbacks``,
+    ``_ok``), and the value a callback (or a process resumed by it) reads. Cheaper than
+    a ``simpy.Timeout``, and queued the same way (:func:`call_at`), so the run processes
+    the same instants in the same order."""
+
+    __slots__ = ("_value", "callbacks")
+    _ok = True
+    ok = True
+
+    def __init__(self, callbacks: list[Callable[[Any], None]], value: Any = None) -> None:
+        self.callbacks: list[Callable[[Any], None]] | None = callbacks
+        self._value = value
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+
+def call_at(env: simpy.Environment, at: int, fn: Callable[[Any], None] | None = None,
+            value: Any = None) -> Due:
+    """Schedule ``fn(due)`` at time ``at`` (>= now), exactly where
+    ``env.timeout(at - env.now, value)`` with ``fn`` as its callback would be (same time,
+    priority and place in simpy's event counter), without building a Timeout. Without
+    ``fn``, a process may yield the returned :class:`Due` as it would the timeout."""
+    now = env._now  # type: ignore[attr-defined]
+    if at < now:
+        raise ValueError(f"cannot schedule at {at} ps, before now ({now} ps)")
+    due = Due([] if fn is None else [fn], value)
+    heappush(env._queue, (at, _NORMAL, next(env._eid), due))  # type: ignore[attr-defined]
+    return due
 
 
 class Signal:
@@ -60,9 +97,9 @@ class Wake:
         """Continue an armed stage at the current time, through one event."""
         if self.armed:
             self.armed = False
-            ev = self.env.event()
-            ev.callbacks.append(self.fn)
-            ev.succeed()
+            env = self.env
+            heappush(env._queue, (env._now, _NORMAL, next(env._eid),  # type: ignore
+                                  Due([self.fn])))
 
     def fire_last(self) -> None:
         """:meth:`fire`, as the last action of the only callback of the event being

@@ -20,6 +20,7 @@ from kbtpsim.run.metrics import BusyProbe, Recorder, Sampler, cdf, summarise
 from kbtpsim.run.observe import Observer
 from kbtpsim.run.oracle import Divergence, check_oracle
 from kbtpsim.scenario.schema import BASELINE_MODES, Scenario, SchemaRuleError, chain_design
+from kbtpsim.setup_heap import SetupHeap
 from kbtpsim.units import PS_PER_US
 
 ProgressFn = Callable[[float], None]
@@ -39,6 +40,12 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     """Simulate ``sc``; the results dictionary is deterministic (no wall time).
     ``observer`` (trace, packet capture) sees the run without changing it; the caller
     closes it."""
+    with SetupHeap() as heap:  # the set-up's objects frozen for the run (setup_heap.py)
+        return _run(sc, oracle, progress, observer, heap)
+
+
+def _run(sc: Scenario, oracle: bool, progress: ProgressFn | None,
+         observer: Observer | None, heap: SetupHeap) -> RunOutcome:
     for i, tgt in enumerate(sc.targets if oracle else []):
         if tgt.mode in BASELINE_MODES:
             path = "target" if i == 0 else f"additional_targets[{i - 1}]"
@@ -49,7 +56,10 @@ def run_scenario(sc: Scenario, *, oracle: bool = False,
     if observer is not None:
         observer.start(system)
     env = system.env
-    env.run(until=connect_all(system))
+    heap.pause()
+    connected = connect_all(system)  # an offloaded target posts its chains here
+    heap.built()
+    env.run(until=connected)
     t0 = int(env.now)
     warm = t0 + sc.stop.warmup
     stop = env.event()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from kbtpsim.nic import Simulation
+import gc
+
+from kbtpsim.nic import Opcode, Sge, Simulation, WorkRequest, WqeFlags
+from kbtpsim.nic.packet import Packet
 from kbtpsim.sparse import PAGE_SIZE, SparseMemory
 from kbtpsim.system import Staging
+from tests.nic.conftest import make_pair
 
 
 def test_discard_releases_only_whole_pages_inside() -> None:
@@ -41,3 +45,28 @@ def test_staging_pages_stay_bounded_over_a_long_ring() -> None:
             st.free(live.pop(0))
     assert mem.pages_touched <= 5 * (1 << 20) // PAGE_SIZE + 2
     assert mem.read(live[-1], 1) == bytes([399 % 251 + 1])
+
+
+def test_sent_packets_leave_no_cycles_holding_their_payload() -> None:
+    """A packet's payload-DMA event used to hold the packet as its value while the packet
+    held the event (``ready``): a cycle only the garbage collector frees, so every sent
+    packet's payload stayed in memory until its next full pass (2 MiB blocks: 286 MB
+    peak instead of 234)."""
+    p = make_pair("cx5", size=1 << 20)
+    p.b.host.memory.write(p.bufb, b"\x5a" * (256 << 10))
+    gc.collect()
+    gc.disable()
+    try:
+        p.qb.post_send(WorkRequest(Opcode.RDMA_WRITE, (Sge(p.bufb, 256 << 10, p.mrb.lkey),),
+                                   WqeFlags.SIGNALED, remote_addr=p.bufa, rkey=p.mra.rkey))
+        p.qb.ring_doorbell()
+        p.run()
+        assert p.a.host.memory.read(p.bufa + (255 << 10), 4) == b"\x5a" * 4
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        cyclic = [x for x in gc.garbage if isinstance(x, Packet)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
