@@ -211,12 +211,26 @@ class WrResolution:
         per = {"cq:chain": self.per_credit_cqes, "cq:recv": 1, "cq:gate": 1}[target.ref]
         return cr.number * per + count.value
 
+    def _fixed(self, w: WrTemplate) -> tuple[WqeFlags, int]:
+        """What a template's WRs share in every credit: their flags and the low bits of
+        their wr_id (built once per template: enum arithmetic is slow)."""
+        cache: dict[str, tuple[WqeFlags, int]] | None = getattr(self, "_fixed_of", None)
+        if cache is None:
+            cache = self._fixed_of = {}
+        fixed = cache.get(w.name)
+        if fixed is None:
+            flags = (WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE) | w.flags
+            low = self._position[w.name]
+            if w.name.startswith("commit_") and "." not in w.name:
+                low |= COMMIT_TAG
+            fixed = cache[w.name] = (flags, low)
+        return fixed
+
     def _build(self, cr: _Credit, w: WrTemplate, shape: bool) -> WorkRequest:
         op = w.opcode
         assert op is not None
-        flags = (WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE) | w.flags
+        flags, low = self._fixed(w)
         kw: dict[str, object] = {"armed": not w.disarmed}  # disarmed: a CAS arms it
-        order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" else "little"
         if w.cond is not None:
             if shape:
                 kw["cond"] = Condition(0, 0, 0, 0)
@@ -224,11 +238,11 @@ class WrResolution:
                 if len(w.cond.compare) != 8 or len(w.cond.mask) != 8:
                     raise ValueError(f"{w.name}: a condition's compare and mask are 8 octets")
                 addr, key = self._loc(cr, w.cond.word.loc)
+                order: ByteOrder = "big" if self.nic.profile.atomic_byte_order == "big" \
+                    else "little"
                 kw["cond"] = Condition(addr, key, int.from_bytes(w.cond.compare, order),
                                        int.from_bytes(w.cond.mask, order))
-        wr_id = cr.number << ROLE_BITS | self._position[w.name]
-        if w.name.startswith("commit_") and "." not in w.name:
-            wr_id = cr.number << ROLE_BITS | COMMIT_TAG | self._position[w.name]
+        wr_id = cr.number << ROLE_BITS | low
         if op in (Opcode.WAIT, Opcode.ENABLE):
             if not shape:
                 kw["target"] = self._target(w, cr.number)
