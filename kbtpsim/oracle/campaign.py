@@ -36,6 +36,7 @@ from kbtpsim.oracle.spec import MIXES, PROFILES, Result, Spec, resolve_profile
 from kbtpsim.oracle.spec import PUBLISHED as PUBLISHED
 from kbtpsim.oracle.spec import ROGUE as ROGUE
 from kbtpsim.oracle.spec import plan_for as plan_for
+from kbtpsim.setup_heap import SetupHeap
 from kbtpsim.system.results import HelloRejected
 
 
@@ -44,7 +45,8 @@ def run_campaign(spec: Spec, transform: ChainTransform | None = None) -> Result:
     if spec.mix not in MIXES:
         raise ValueError(f"unknown mix {spec.mix!r} (known: {', '.join(MIXES)})")
     try:
-        return _Run(spec, transform).go()
+        with SetupHeap() as heap:  # the chains' set-up frozen for the run (setup_heap.py)
+            return _Run(spec, transform).go(heap)
     except HelloRejected as exc:  # pragma: no cover - configuration error
         raise RuntimeError(f"HELLO rejected: {exc}") from exc
 

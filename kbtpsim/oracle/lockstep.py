@@ -35,6 +35,7 @@ from kbtpsim.oracle.spec import (
     Spec,
     resolve_profile,
 )
+from kbtpsim.setup_heap import SetupHeap
 from kbtpsim.system.results import ConnectionLost, OpResult, RdmaError
 from kbtpsim.target import InitiatorConfig, TargetConfig
 from kbtpsim.wire import Feature
@@ -250,12 +251,18 @@ class _Run:
                            f"failure): handles {', '.join(raised[:8])}"
                            + (" ..." if len(raised) > 8 else ""))]
 
-    def go(self) -> Result:
+    def go(self, heap: SetupHeap | None = None) -> Result:
+        """Run the campaign; ``heap``: pause the collector while the connections set up
+        (the target's chains), and freeze what they built."""
         spec = self.spec
         mix = MIXES[spec.mix]
         res = Result(spec, self.addr_le, [])
         t0 = time.perf_counter()
+        if heap is not None:
+            heap.pause()
         ok = self.run_until(self.env.process(self.connect_all()), 1_000_000_000)
+        if heap is not None:
+            heap.built()
         self.new_connections()
         if ok:
             setup = self.env.all_of([self.env.process(a.publish()) for a in self.actors])
