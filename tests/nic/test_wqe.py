@@ -119,6 +119,29 @@ def test_decode_errors() -> None:
         encode_wqe(WorkRequest(Opcode.SEND, (Sge(1, 2, 3),) * 8), "big", size=64)
 
 
+@pytest.mark.parametrize(("wr", "ds", "missing"), [
+    (WorkRequest(Opcode.RDMA_READ, (Sge(1, 8, 3),), remote_addr=4, rkey=5), 1,
+     "remote address segment"),
+    (WorkRequest(Opcode.FETCH_ADD, (Sge(1, 8, 3),), remote_addr=8, rkey=5), 2,
+     "atomic segment"),
+    (WorkRequest(Opcode.MASKED_FETCH_ADD, (Sge(1, 8, 3),), remote_addr=8, rkey=5), 3,
+     "masked atomic segment"),
+    (WorkRequest(Opcode.WAIT, target=3, count=4), 1, "wait/enable segment"),
+    (WorkRequest(Opcode.ENABLE, target=3, count=4, cond=Condition(1, 2, 3, 4)), 2,
+     "conditional segment"),
+    (WorkRequest(Opcode.ENABLE, target=3, count=4, cond=Condition(1, 2, 3, 4)), 3,
+     "wait/enable segment"),
+])
+def test_decode_names_the_segment_a_short_ds_leaves_out(wr: WorkRequest, ds: int,
+                                                        missing: str) -> None:
+    """A WQE whose ds ends before a segment its opcode has (a chain's Write over its
+    control segment can do that): the error names the first segment missing."""
+    raw = bytearray(encode_wqe(wr, "little", size=128))
+    raw[7] = ds
+    with pytest.raises(WqeDecodeError, match=f"^{missing} missing$"):
+        decode_wqe(bytes(raw), "little")
+
+
 def test_receive_wqe_and_end_marker() -> None:
     sges = (Sge(0x10, 8, 0x15A), Sge(0x20, 3, 0x25A))
     raw = encode_recv(sges, "little", 64)
