@@ -307,6 +307,35 @@ def run_refused_alloc_then_load(profile: str = "ideal-be", seed: int = 1,
                         1, steps, observe)
 
 
+def run_unsealed_load_then_seal(profile: str = "ideal-be", seed: int = 1,
+                                observe: dict[str, Any] | None = None,
+                                chains: str = "v2", transform: Any = None,
+                                rounds: int = 2) -> list[Divergence]:
+    """Decision C31's guard made concrete: the LOAD's release behind its entry Read is
+    opportunistic, and must do nothing where the CPU will answer the LOAD. A stores an
+    unsealed block at h, then sends, without waiting, a LOAD of h without ALLOW_UNSEALED
+    (the NIC's SEALED test fails: the CPU answers NOT_SEALED) and an inline STORE that
+    seals h (on the NIC). The software target answers them in order; a release that
+    ignored its markers (mutant ``v2-early-unguarded``) lets the STORE's chain run and
+    send its COMPLETION before the CPU has answered the LOAD. ``rounds`` handles, one
+    after the other, so that more than one credit slot serves the LOAD. ``observe`` gets
+    the server."""
+    bs = SCRIPTED_BS
+
+    def steps(run: _Run, a: Any, note: Callable[[Any], Any]
+              ) -> Generator[simpy.Event, Any, None]:
+        for k in range(rounds):
+            h = X_HANDLE + k
+            note((yield a.alloc_store(h, b"1" * bs, seal=False)))
+            procs = [a.load(h, invalidate=False),
+                     a.store(h, b"2" * bs, inline=True, invalidate=False, seal=True)]
+            for res in (yield run.env.all_of(procs)).values():
+                note(res)
+
+    return _solo_script(Spec(seed=seed, profile=profile, ops=0, chains=chains), transform,
+                        rounds, steps, observe)
+
+
 def run_generation_wrap(profile: str = "ideal-be", seed: int = 1,
                         observe: dict[str, Any] | None = None, chains: str = "v2",
                         transform: Any = None,
@@ -372,4 +401,4 @@ def run_aliased_handles(profile: str = "ideal-be", seed: int = 1,
 __all__ = ["BLOCK", "Outcome", "run_aliased_handles", "run_allocs_then_loads",
            "run_generation_wrap",
            "run_interleaving", "run_load_during_free", "run_load_then_store",
-           "run_unsealed_loads"]
+           "run_unsealed_load_then_seal", "run_unsealed_loads"]

@@ -31,6 +31,7 @@ from kbtpsim.oracle.interleaving import (
     run_load_during_free,
     run_load_then_store,
     run_refused_alloc_then_load,
+    run_unsealed_load_then_seal,
     run_unsealed_loads,
 )
 from kbtpsim.oracle.node import V2Mutation
@@ -56,6 +57,7 @@ from kbtpsim.oracle.transforms import (
     v2_alloc_genwrap,
     v2_dispatch_stale_advance,
     v2_early_always,
+    v2_early_unguarded,
     v2_early_unsealed,
     v2_free_genwrap,
     v2_free_no_readers,
@@ -122,6 +124,15 @@ def _aliased_handles(seed: int, profile: str, transform: Any,
     outside the readable block: random campaigns name unknown handles inside it."""
     return run_aliased_handles(profile, seed, observe=observe, chains="v2",
                                transform=transform)
+
+
+def _unsealed_load_then_seal(seed: int, profile: str, transform: Any,
+                             observe: dict[str, Any]) -> list[Any]:
+    """A LOAD of an unsealed block without ALLOW_UNSEALED (the CPU answers it) and the
+    STORE that seals the block right behind: random campaigns reach a CPU-answered LOAD
+    with a NIC-served request of its connection right behind it too rarely."""
+    return run_unsealed_load_then_seal(profile, seed, observe=observe, chains="v2",
+                                       transform=transform)
 
 
 def _refused_alloc_then_load(seed: int, profile: str, transform: Any,
@@ -248,6 +259,10 @@ CATALOGUE: dict[str, Mutant] = {m.name: m for m in (
            "an unsealed block (ALLOW_UNSEALED) releases the next credit before its data "
            "Write has read the block (decision C16)", chains="v2",
            scenario=_load_then_store),
+    Mutant("v2-early-unguarded", v2_early_unguarded, "chains v2 (decision C31): the "
+           "LOAD's opportunistic release behind its entry Read ignores its request "
+           "markers, so a LOAD the CPU answers releases the next credit too",
+           chains="v2", scenario=_unsealed_load_then_seal),
     Mutant("v2-early-always", v2_early_always, "chains v2 (pipelining): an "
            "ALLOC_STORE or STORE releases the next credit early even when the CPU serves it",
            chains="v2", scenario=_refused_alloc_then_load),

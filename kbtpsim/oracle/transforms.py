@@ -254,6 +254,15 @@ def v2_early_unsealed(chain: Chain) -> None:
         w.cond = cond
 
 
+def v2_early_unguarded(chain: Chain) -> None:
+    """Chains v2 pipelining (decision C31): the LOAD's opportunistic release behind its
+    entry Read ignores the request markers it tests (its condition always holds), so it
+    releases the next credit also for a LOAD the CPU will answer, whose COMPLETION then
+    comes after the next request's."""
+    for w in _need(_wrs(chain, lambda w: w.name == "early_load"), "the early release"):
+        _always(w)
+
+
 def v2_early_always(chain: Chain) -> None:
     """Chains v2 pipelining (decision C19): an ALLOC_STORE or STORE releases the next
     credit early whether or not the NIC served it (a hand-over to the CPU included), so

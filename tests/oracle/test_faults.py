@@ -21,6 +21,7 @@ from kbtpsim.oracle.interleaving import (
     run_interleaving,
     run_load_during_free,
     run_load_then_store,
+    run_unsealed_load_then_seal,
 )
 from kbtpsim.wire import Status
 
@@ -346,3 +347,20 @@ def test_an_unbind_whose_write_lands_after_its_cqe_is_linearised_when_it_lands()
                             mix="race", faults=parse_faults("delay,stall,reorder,slot,drop"),
                             chains="v2", free_on_nic=True))
     assert res.ok, res.divergences[:1]
+
+
+def test_a_load_the_cpu_answers_holds_the_next_request_back() -> None:
+    """Decision C31: the LOAD's release behind its entry Read is opportunistic. A LOAD of
+    an unsealed block without ALLOW_UNSEALED fails its SEALED test on the NIC (the CPU
+    answers NOT_SEALED), and the STORE that seals the block right behind it runs only
+    after that answer; a release ignoring its markers (mutant ``v2-early-unguarded``)
+    lets the STORE's COMPLETION overtake it."""
+    from kbtpsim.oracle.mutants import CATALOGUE
+
+    seen: dict[str, object] = {}
+    assert run_unsealed_load_then_seal("ideal-be", observe=seen) == []
+    report = seen["server"].op_report()  # type: ignore[attr-defined]
+    assert report["LOAD"]["cpu"] == 2 and report["STORE"]["nic"] == 2
+    divs = run_unsealed_load_then_seal("ideal-be",
+                                       transform=CATALOGUE["v2-early-unguarded"].transform)
+    assert divs and divs[0].kind == "completion" and divs[0].request_id == 2

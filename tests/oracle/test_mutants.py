@@ -44,6 +44,9 @@ KINDS = {
     "v2-load-skip-entry": {"completion", "load-data"},
     # chains v2 pipelining: an unsealed LOAD releases the next credit early (C16)
     "v2-early-unsealed": {"load-data"},
+    # C31: the LOAD's opportunistic release ignores its markers (a CPU-answered LOAD's
+    # COMPLETION comes after the next request's)
+    "v2-early-unguarded": {"completion", "missing", "connection"},
     # the Generation across 0xFFFF (scripted: run_generation_wrap): chains v2's hand-over
     # (C18), and the skip-0 add reading the other ALLOC_STORE variant's word (found)
     "v2-alloc-genwrap": {"completion", "state"},
