@@ -5,9 +5,10 @@ Run: ``python benchmarks/speed.py [--scale S] [--cases a,b] [--against DIR]
 fast / full ratio.
 
 Each case runs a committed scenario in a fresh child process (so its peak RSS is its
-own) and reports simulated operations per CPU-second of that process, simpy events per
-operation, and the ratio of the model's events per CPU-second to a bare simpy timeout
-loop timed in the same child just before it. ``ops/Mbare`` is the operations simulated
+own) and reports simulated operations per CPU-second of that process (and, apart, the
+CPU time of the set-up, until every connection is set up, with the rate after it), simpy
+events per operation, and the ratio of the model's events per CPU-second to a bare simpy
+timeout loop timed in the same child just before it. ``ops/Mbare`` is the operations simulated
 in the CPU time a bare loop takes for one million events: a figure that moves little
 between machines. ``--scale`` multiplies every case's operation count (0.1 for a quick
 look). ``--against DIR`` also runs every case on the kbtpsim tree in ``DIR`` (another
@@ -68,6 +69,7 @@ def bare_rate(n_events: int = BARE_EVENTS) -> float:
 def _child(case: Case, operations: int, fidelity: str, tree: str | None, out: Any) -> None:
     if tree is not None:  # import kbtpsim from that tree (nothing imported it yet)
         sys.path.insert(0, tree)
+    import kbtpsim.run.runner as runner
     from kbtpsim.run.runner import run_scenario
     from kbtpsim.scenario.load import load_scenario
 
@@ -75,15 +77,25 @@ def _child(case: Case, operations: int, fidelity: str, tree: str | None, out: An
     fast = ("run.fidelity=fast",) if fidelity == "fast" else ()  # full: as older trees
     overrides = (*case.overrides, f"stop.operations={operations}", *fast)
     sc = load_scenario(REPO / case.scenario, overrides)
+    connect_all = runner.connect_all
+    connected: list[float] = []
+
+    def timed_connect_all(system: Any) -> Any:  # the set-up ends with the connections
+        done = connect_all(system)
+        connected.append(time.process_time())
+        return done
+
+    runner.connect_all = timed_connect_all  # type: ignore[assignment]
     t0 = time.process_time()
     outcome = run_scenario(sc)
     cpu = time.process_time() - t0
+    setup = connected[0] - t0 if connected else 0.0
     assert outcome.system is not None
     events = next(outcome.system.env._eid)  # type: ignore[attr-defined]
     ops = outcome.results["run"]["operations_total"]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out.send({"case": case.name, "fidelity": fidelity, "ops": ops, "cpu_s": cpu,
-              "events": events, "bare": bare, "rss_mb": rss_mb})
+              "setup_s": setup, "events": events, "bare": bare, "rss_mb": rss_mb})
 
 
 def measure(case: Case, operations: int, fidelity: str,
@@ -120,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     fids = ["full", "fast"] if args.fidelity == "both" else [args.fidelity]
     if args.scale <= 0:
         ap.error(f"--scale: must be positive, got {args.scale}")
-    head = (f"{'case':<15}{'fidelity':<9}{'tree':<8}{'ops':>7}{'CPU s':>8}{'ops/CPU-s':>11}"
-            f"{'events/op':>11}{'x bare':>8}{'ops/Mbare':>11}{'peak RSS':>10}")
+    head = (f"{'case':<15}{'fidelity':<9}{'tree':<8}{'ops':>7}{'CPU s':>8}{'set-up':>8}"
+            f"{'ops/CPU-s':>11}{'after':>8}{'events/op':>11}{'x bare':>8}{'ops/Mbare':>11}"
+            f"{'peak RSS':>10}")
     print(head)
     print("-" * len(head))
     for case in CASES:
@@ -140,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                 rates.append(rate / r["bare"])
                 if tree is None:
                     by_fid[fid] = (rate, rate / r["bare"])
+                after = r["ops"] / max(1e-9, r["cpu_s"] - r["setup_s"])
                 print(f"{r['case']:<15}{fid:<9}{label:<8}{r['ops']:>7}{r['cpu_s']:>8.2f}"
-                      f"{rate:>11.0f}{r['events'] / r['ops']:>11.0f}"
+                      f"{r['setup_s']:>8.2f}{rate:>11.0f}{after:>8.0f}"
+                      f"{r['events'] / r['ops']:>11.0f}"
                       f"{ev_rate / r['bare']:>8.3f}{rate / r['bare'] * 1e6:>11.0f}"
                       f"{r['rss_mb']:>8.0f}MB", flush=True)
             if len(rates) == 2:

@@ -53,3 +53,17 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
         assert re.search(r"^\| eval-block-size \| \d+ \|", proc.stdout, re.M), proc.stdout
     else:
         assert "quickstart: unchanged" in proc.stdout, proc.stdout
+
+
+def test_speed_reports_the_set_up_apart() -> None:
+    """An offloaded case's set-up (its chains posted) is a CPU time of its own, and the
+    rate after it is higher than the rate over the whole run."""
+    proc = subprocess.run([sys.executable, "benchmarks/speed.py", "--cases", "ablation-v2",
+                           "--scale", "0.005", "--fidelity", "full"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = re.search(r"^ablation-v2\s+full\s+this\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+(\d+)",
+                    proc.stdout, re.M)
+    assert row, proc.stdout
+    cpu, setup, rate, after = (float(row.group(i)) for i in (2, 3, 4, 5))
+    assert 0 < setup < cpu and after > rate
