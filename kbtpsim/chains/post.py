@@ -67,6 +67,7 @@ class ChainServer(CreditCompletions, CpuControl, ChainFailure, ScratchBuffers,
         #: every template's WR with its addresses zeroed (field offsets, armed control
         #: words), built at the first credit
         self._shapes: dict[str, WorkRequest] = {}
+        self._fixed_of: dict[str, tuple[WqeFlags, int]] = {}
         self.table_key = table_key
         self.pool_key = pool_key
         self.ring = ring

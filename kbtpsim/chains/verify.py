@@ -61,6 +61,7 @@ Rules (each violation is a :class:`Violation` naming the WR, the field and the r
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import networkx as nx
 
@@ -104,9 +105,10 @@ class _Reach:
                 self._ordering.setdefault(a, []).append((b, k))
 
     @staticmethod
-    def _closure(adj: dict[str, dict[str, object]], start: str) -> set[str]:
-        """``start`` and every node reachable from it along ``adj`` (a networkx
-        adjacency: successors, or predecessors for ancestors)."""
+    def _closure(adj: Any, start: str) -> set[str]:
+        """``start`` and every node reachable from it along ``adj`` (a graph's ``succ``,
+        or ``pred`` for its ancestors): ``nx.descendants`` and ``nx.ancestors`` cost
+        more in networkx's dispatch than the walk itself."""
         seen = {start}
         todo = [start]
         while todo:
@@ -123,10 +125,10 @@ class _Reach:
         g = self.g
         after = self._after.get(producer)
         if after is None:  # producer and its descendants
-            after = self._after[producer] = self._closure(g._succ, producer)
+            after = self._after[producer] = self._closure(g.succ, producer)
         before = self._before.get(consumer)
         if before is None:  # consumer and its ancestors
-            before = self._before[consumer] = self._closure(g._pred, consumer)
+            before = self._before[consumer] = self._closure(g.pred, consumer)
         fence_ok = g.nodes[producer]["wr"].opcode in FENCED
         ordering = self._ordering
         for a in after:

@@ -112,6 +112,7 @@ class WrResolution:
     patched: dict[tuple[str, str], list[tuple[int, int]]]
     _shapes: dict[str, WorkRequest]
     _position: dict[str, int]
+    _fixed_of: dict[str, tuple[WqeFlags, int]]  #: :meth:`_fixed`, by template name
 
     if TYPE_CHECKING:
         def _queue(self, name: str, number: int = 0) -> QueuePair: ...
@@ -214,16 +215,13 @@ class WrResolution:
     def _fixed(self, w: WrTemplate) -> tuple[WqeFlags, int]:
         """What a template's WRs share in every credit: their flags and the low bits of
         their wr_id (built once per template: enum arithmetic is slow)."""
-        cache: dict[str, tuple[WqeFlags, int]] | None = getattr(self, "_fixed_of", None)
-        if cache is None:
-            cache = self._fixed_of = {}
-        fixed = cache.get(w.name)
+        fixed = self._fixed_of.get(w.name)
         if fixed is None:
             flags = (WqeFlags.SIGNALED if w.signaled else WqeFlags.NONE) | w.flags
             low = self._position[w.name]
             if w.name.startswith("commit_") and "." not in w.name:
                 low |= COMMIT_TAG
-            fixed = cache[w.name] = (flags, low)
+            fixed = self._fixed_of[w.name] = (flags, low)
         return fixed
 
     def _build(self, cr: _Credit, w: WrTemplate, shape: bool) -> WorkRequest:

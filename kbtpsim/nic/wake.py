@@ -97,9 +97,7 @@ class Wake:
         """Continue an armed stage at the current time, through one event."""
         if self.armed:
             self.armed = False
-            env = self.env
-            heappush(env._queue, (env._now, _NORMAL, next(env._eid),  # type: ignore
-                                  Due([self.fn])))
+            call_at(self.env, self.env._now, self.fn)  # type: ignore[attr-defined]
 
     def fire_last(self) -> None:
         """:meth:`fire`, as the last action of the only callback of the event being

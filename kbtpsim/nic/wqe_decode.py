@@ -11,11 +11,9 @@ from typing import Any
 from kbtpsim.nic.errors import WqeDecodeError
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.protection import INVALID_STAG
-from kbtpsim.nic.wqe_layout import _S, CTRL_SIZE, SEG
+from kbtpsim.nic.wqe_layout import _S, CTRL_SIZE, SEG, SEG_FORMAT, _segments
 from kbtpsim.nic.wqe_types import (
     INLINE_BIT,
-    MASKED_OPS,
-    RADDR_OPS,
     Condition,
     Opcode,
     Sge,
@@ -87,24 +85,30 @@ def decode_wqe(raw: bytes, order: ByteOrder) -> Wqe:
     return _wqe(wr, index, qpn, op_b)
 
 
+#: what a segment before the data segments is called when it is missing, and the
+#: WorkRequest field each of its values sets ("" for none; a conditional segment's
+#: values make the Condition)
+_BEFORE_DATA = {
+    "cond": ("conditional segment", ("", "", "", "")),
+    "raddr": ("remote address segment", ("remote_addr", "rkey")),
+    "atomic": ("atomic segment", ("swap_add", "compare")),
+    "masked": ("masked atomic segment", ("swap_add", "compare", "swap_mask", "compare_mask")),
+    "wait": ("wait/enable segment", ("count", "target")),
+}
+#: a masked FetchAdd's segment: the add and its mask, then nothing
+_MASKED_ADD = ("swap_add", "swap_mask", "", "")
+
+
 def _segments_before_data(opcode: Opcode, cond: int) -> list[tuple[str, str, tuple[str, ...]]]:
-    """The segments before the data segments: (what a missing one is called, struct
-    format, the WorkRequest field of each value, "" for none)."""
-    segs: list[tuple[str, str, tuple[str, ...]]] = []
-    if cond:  # the values become the Condition
-        segs.append(("conditional segment", "QI4xQQ", ("", "", "", "")))
-    if opcode in RADDR_OPS:
-        segs.append(("remote address segment", "QI4x", ("remote_addr", "rkey")))
-    if opcode in (Opcode.CAS, Opcode.FETCH_ADD):
-        segs.append(("atomic segment", "QQ", ("swap_add", "compare")))
-    elif opcode == Opcode.MASKED_FETCH_ADD:
-        segs.append(("masked atomic segment", "QQQQ", ("swap_add", "swap_mask", "", "")))
-    elif opcode in MASKED_OPS:
-        segs.append(("masked atomic segment", "QQQQ",
-                     ("swap_add", "compare", "swap_mask", "compare_mask")))
-    if opcode in (Opcode.WAIT, Opcode.ENABLE):
-        segs.append(("wait/enable segment", "II8x", ("count", "target")))
-    return segs
+    """The segments before the data segments (the WQE layout's, :func:`_segments`): what
+    a missing one is called, its struct format, the field of each value."""
+    out = []
+    for name, _size in _segments(opcode, bool(cond), 0, None):
+        what, fields = _BEFORE_DATA[name]
+        if opcode == Opcode.MASKED_FETCH_ADD and name == "masked":
+            fields = _MASKED_ADD
+        out.append((what, SEG_FORMAT[name], fields))
+    return out
 
 
 #: by (byte order, opcode, conditional): (unpack, octets, field per value)

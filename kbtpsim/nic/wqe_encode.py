@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from kbtpsim.nic.memory import ByteOrder
 from kbtpsim.nic.protection import INVALID_STAG
-from kbtpsim.nic.wqe_layout import _CACHE_MAX, _S, CTRL_SIZE, SEG, _segments
+from kbtpsim.nic.wqe_layout import _CACHE_MAX, _S, CTRL_SIZE, SEG, SEG_FORMAT, _segments
 from kbtpsim.nic.wqe_types import INLINE_BIT, MASK64, MASKED_OPS, Opcode, Sge, WorkRequest
 
 
@@ -65,9 +65,6 @@ def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 
 _DATA, _RADDR, _WAIT, _ATOMIC, _COND, _MASKED, _INLINE = range(7)
 _SEG_CODE = {"data": _DATA, "raddr": _RADDR, "wait": _WAIT, "atomic": _ATOMIC,
              "cond": _COND, "masked": _MASKED, "inline": _INLINE}
-#: each segment's struct format (without byte order), as in :data:`_S`
-_SEG_FMT = {"data": "IIQ", "raddr": "QI4x", "wait": "II8x", "atomic": "QQ",
-            "cond": "QI4xQQ", "masked": "QQQQ"}
 #: the packer of a WQE shape: (pack, segment codes, ds), by (opcode, conditional, SGEs,
 #: inline length, slot size, byte order)
 _PLANS: dict[tuple[object, ...], tuple[Callable[..., bytes], tuple[int, ...], int]] = {}
@@ -82,12 +79,12 @@ def _plan(opcode: Opcode, conditional: bool, n_sges: int, inline_len: int | None
     total = CTRL_SIZE + sum(seg_size for _name, seg_size in segments)
     if size is not None and total > size:
         raise ValueError(f"{opcode.name} WQE needs {total} octets, slot has {size}")
-    fmt = [">" if order == "big" else "<", "BHB3sBB2xBI"]
+    fmt = [">" if order == "big" else "<", SEG_FORMAT["ctrl"]]
     for name, seg_size in segments:
         if name == "inline":
             fmt.append(f"I{seg_size - 4}s")  # ``s`` pads the data with zeros
         else:
-            fmt.append(_SEG_FMT[name])
+            fmt.append(SEG_FORMAT[name])
     if size is not None and size > total:
         fmt.append(f"{size - total}x")
     plan = (struct.Struct("".join(fmt)).pack, tuple(_SEG_CODE[n] for n, _ in segments),

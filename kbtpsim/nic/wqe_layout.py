@@ -25,19 +25,20 @@ def _st(order: ByteOrder, fmt: str) -> struct.Struct:
     return struct.Struct(_FMT[order] + fmt)
 
 
-_S = {
-    order: {
-        "ctrl": _st(order, "BHB3sBB2xBI"),
-        "raddr": _st(order, "QI4x"),
-        "data": _st(order, "IIQ"),
-        "atomic": _st(order, "QQ"),
-        "masked": _st(order, "QQQQ"),
-        "wait": _st(order, "II8x"),
-        "cond": _st(order, "QI4xQQ"),
-        "u32": _st(order, "I"),
-    }
-    for order in ("big", "little")
+#: each segment's struct format, without byte order (an inline segment is a ``u32``
+#: byte count and the data)
+SEG_FORMAT = {
+    "ctrl": "BHB3sBB2xBI",
+    "raddr": "QI4x",
+    "data": "IIQ",
+    "atomic": "QQ",
+    "masked": "QQQQ",
+    "wait": "II8x",
+    "cond": "QI4xQQ",
+    "u32": "I",
 }
+_S = {order: {name: _st(order, fmt) for name, fmt in SEG_FORMAT.items()}
+      for order in ("big", "little")}
 
 
 _SEGMENTS: dict[tuple[Opcode, bool, int, int | None], tuple[tuple[str, int], ...]] = {}
