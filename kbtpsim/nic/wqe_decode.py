@@ -99,15 +99,16 @@ _BEFORE_DATA = {
 _MASKED_ADD = ("swap_add", "swap_mask", "", "")
 
 
-def _segments_before_data(opcode: Opcode, cond: int) -> list[tuple[str, str, tuple[str, ...]]]:
+def _segments_before_data(opcode: Opcode, cond: int
+                          ) -> list[tuple[str, int, str, tuple[str, ...]]]:
     """The segments before the data segments (the WQE layout's, :func:`_segments`): what
-    a missing one is called, its struct format, the field of each value."""
+    a missing one is called, its size, its struct format, the field of each value."""
     out = []
-    for name, _size in _segments(opcode, bool(cond), 0, None):
+    for name, size in _segments(opcode, bool(cond), 0, None):
         what, fields = _BEFORE_DATA[name]
         if opcode == Opcode.MASKED_FETCH_ADD and name == "masked":
             fields = _MASKED_ADD
-        out.append((what, SEG_FORMAT[name], fields))
+        out.append((what, size, SEG_FORMAT[name], fields))
     return out
 
 
@@ -117,8 +118,8 @@ _FIXED: dict[tuple[str, Opcode, int], tuple[Any, int, tuple[str, ...]]] = {}
 
 def _fixed(order: ByteOrder, opcode: Opcode, cond: int) -> tuple[Any, int, tuple[str, ...]]:
     segs = _segments_before_data(opcode, cond)
-    st = struct.Struct((">" if order == "big" else "<") + "".join(f for _, f, _ in segs))
-    shape = (st.unpack_from, st.size, tuple(n for _, _, names in segs for n in names))
+    st = struct.Struct((">" if order == "big" else "<") + "".join(f for _, _, f, _ in segs))
+    shape = (st.unpack_from, st.size, tuple(n for *_, names in segs for n in names))
     _FIXED[(order, opcode, cond)] = shape
     return shape
 
@@ -126,8 +127,8 @@ def _fixed(order: ByteOrder, opcode: Opcode, cond: int) -> tuple[Any, int, tuple
 def _missing(opcode: Opcode, cond: int, end: int) -> str:
     """The first segment that does not fit in ``end`` octets."""
     off = CTRL_SIZE
-    for what, fmt, _ in _segments_before_data(opcode, cond):
-        off += struct.calcsize(">" + fmt)
+    for what, size, _, _ in _segments_before_data(opcode, cond):
+        off += size
         if off > end:
             return f"{what} missing"
     raise AssertionError("every segment fits")  # pragma: no cover

@@ -29,7 +29,8 @@ def encode_wqe(wr: WorkRequest, order: ByteOrder, *, index: int = 0, qpn: int = 
     if plan is None:
         plan = _plan(op, bool(key[1]), key[2], key[3], size, order)
     pack, segs, ds = plan
-    values: list[object] = [0x09 if op in MASKED_OPS else 0, index & 0xFFFF,
+    values: list[object] = [0x09 if op in MASKED_OPS else 0,  # opmod: 0x08 | (log2(8) - 2)
+                            index & 0xFFFF,
                             int(op if wr.armed else Opcode.NOP),
                             (qpn & 0xFF_FFFF).to_bytes(3, order), ds, 0, int(wr.flags),
                             wr.imm & 0xFFFF_FFFF]
