@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import cast
 
 from kbtpsim.errors import DecodeError
+from kbtpsim.wire import shapes
 from kbtpsim.wire.constants import (
     DESCRIPTOR_SIZE,
     HEADER_SIZE,
@@ -134,6 +135,15 @@ def _push_body(w: _Writer, msg: Message, order: ByteOrder) -> None:
 
 def encode(msg: Message, addr_le: bool = False) -> bytes:
     """The octets of ``msg``; ``addr_le`` selects ADDR_LE field order."""
+    if not addr_le:
+        fixed = shapes.write(msg)  # the common messages, one struct each
+        if fixed is not None:
+            return fixed
+    return encode_fields(msg, addr_le)
+
+
+def encode_fields(msg: Message, addr_le: bool = False) -> bytes:
+    """:func:`encode`, field by field: every message, either byte order."""
     if not isinstance(msg, Message) or type(msg) not in MESSAGE_TYPES.values():
         raise TypeError(f"not a KBTP message: {msg!r}")
     order = "big" if msg.OPCODE in _NEGOTIATION else addr_order(addr_le)
@@ -329,6 +339,15 @@ def decode(data: bytes | bytearray | memoryview, addr_le: bool = False) -> Messa
         data = bytes(data)
     except TypeError as exc:
         raise DecodeError(0, f"not a byte string: {type(data).__name__}") from exc
+    if not addr_le:
+        fixed = shapes.read(data)  # the common messages, one struct each
+        if fixed is not None:
+            return fixed
+    return decode_fields(data, addr_le)
+
+
+def decode_fields(data: bytes, addr_le: bool = False) -> Message:
+    """:func:`decode` of ``bytes``, field by field: every message, every error."""
     r = _Reader(data)
     version = r.uint(1, "header Version")
     if version != VERSION:

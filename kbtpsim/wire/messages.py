@@ -27,7 +27,14 @@ U32 = (1 << 32) - 1
 U64 = (1 << 64) - 1
 
 
+#: RequestFlag bits as plain ints: the constructors test them without enum arithmetic.
+_INLINE = int(RequestFlag.INLINE)
+_RECORD = int(RequestFlag.RECORD)
+
+
 def _check_uint(owner: str, name: str, value: int, limit: int) -> None:
+    if value.__class__ is int and 0 <= value <= limit:  # the common case, tested first
+        return
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
         bits = limit.bit_length()
         raise ValueError(f"{owner}.{name} must be an unsigned {bits}-bit integer, got {value!r}")
@@ -178,7 +185,7 @@ class _DataRequest(Message):
     completion_descriptor: CompletionDescriptor | None = None
 
     def _check_record(self) -> None:
-        record = bool(self.flags & RequestFlag.RECORD)
+        record = bool(int(self.flags) & _RECORD)
         if record != (self.completion_descriptor is not None):
             raise ValueError(
                 f"{type(self).__name__}.completion_descriptor must be present exactly "
@@ -195,7 +202,7 @@ class Load(_DataRequest):
     def __post_init__(self) -> None:
         Message.__post_init__(self)
         self._check_record()
-        if self.flags & RequestFlag.INLINE:
+        if int(self.flags) & _INLINE:
             raise ValueError("Load.flags: INLINE is not defined for LOAD")
 
 
@@ -209,7 +216,7 @@ class _StoreRequest(_DataRequest):
         Message.__post_init__(self)
         self._check_record()
         owner = type(self).__name__
-        inline = bool(self.flags & RequestFlag.INLINE)
+        inline = bool(int(self.flags) & _INLINE)
         if inline != (self.inline_data is not None):
             raise ValueError(f"{owner}.inline_data must be present exactly when INLINE is set")
         if self.inline_data is not None:
@@ -246,11 +253,11 @@ class Free(Message):
 
     def __post_init__(self) -> None:
         Message.__post_init__(self)
-        if bool(self.flags & RequestFlag.RECORD) != (self.completion_descriptor is not None):
+        if bool(int(self.flags) & _RECORD) != (self.completion_descriptor is not None):
             raise ValueError(
                 "Free.completion_descriptor must be present exactly when RECORD is set"
             )
-        if self.flags & RequestFlag.INLINE:
+        if int(self.flags) & _INLINE:
             raise ValueError("Free.flags: INLINE is not defined for FREE")
 
 
