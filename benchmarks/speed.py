@@ -13,7 +13,9 @@ in the CPU time a bare loop takes for one million events: a figure that moves li
 between machines. ``--scale`` multiplies every case's operation count (0.1 for a quick
 look). ``--against DIR`` also runs every case on the kbtpsim tree in ``DIR`` (another
 commit, e.g. ``git archive <commit> | tar -x -C DIR``), in the same run, and prints the
-speed-up. Not part of the test suite (docs/performance.md; the rule is that speed is
+speed-up. With the quickstart, it also prints the rate of its requests through the codec and
+the software target alone, no simulator (``benchmarks/protocol_floor.py``): the ceiling of
+any fidelity. Not part of the test suite (docs/performance.md; the rule is that speed is
 measured here, never asserted in timed unit tests).
 """
 
@@ -98,6 +100,26 @@ def _child(case: Case, operations: int, fidelity: str, tree: str | None, out: An
               "setup_s": setup, "events": events, "bare": bare, "rss_mb": rss_mb})
 
 
+def _floor_child(operations: int, out: Any) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from protocol_floor import protocol_rate
+
+    out.send(protocol_rate(REPO / "scenarios" / "quickstart.yaml", operations))
+
+
+def protocol_floor(operations: int) -> dict[str, float]:
+    """The quickstart's requests through the codec and the software target alone, in a
+    fresh child (benchmarks/protocol_floor.py): a ceiling for any simulation of it."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_floor_child, args=(operations, child))
+    p.start()
+    child.close()
+    row: dict[str, float] = parent.recv()
+    p.join()
+    return row
+
+
 def measure(case: Case, operations: int, fidelity: str,
             tree: str | None = None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
@@ -166,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             (full, full_b), (fast, fast_b) = by_fid["full"], by_fid["fast"]
             print(f"{'':<15}fast / full: {fast / full:.2f}x ops/CPU-s, "
                   f"{fast_b / full_b:.2f}x ops/Mbare", flush=True)
+    if "quickstart" in names:
+        floor = protocol_floor(max(200, round(20000 * args.scale)))
+        print(f"protocol alone (quickstart, no simulator): {floor['rate']:.0f} ops/CPU-s, "
+              f"{1e6 / floor['rate']:.1f} us per operation (benchmarks/protocol_floor.py)")
     print(f"bare simpy loop: {bare_rate() / 1e6:.2f} M events per CPU-second (this process)")
     return 0
 

@@ -22,7 +22,8 @@ def commands() -> list[str]:
         for line in block.splitlines():
             line = line.split("#", 1)[0].strip()
             if line.startswith(("python benchmarks/speed.py", "python -m tests.run.regen_golden",
-                                "python -m kbtpsim.run.fidelity")):
+                                "python -m kbtpsim.run.fidelity",
+                                "python benchmarks/protocol_floor.py")):
                 out.append(line)
     return out
 
@@ -31,6 +32,7 @@ def test_the_documented_commands_are_found() -> None:
     found = commands()
     assert any(c.startswith("python benchmarks/speed.py") for c in found)
     assert any(c.startswith("python -m tests.run.regen_golden") for c in found)
+    assert any(c.startswith("python benchmarks/protocol_floor.py") for c in found)
 
 
 @pytest.mark.parametrize("command", commands())
@@ -42,6 +44,8 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
         argv += ["--scale", "0.005", "--cases", "quickstart"]  # later options win
     elif argv[:2] == ["-m", "kbtpsim.run.fidelity"]:
         argv += ["--scale", "0.01"]
+    elif argv[0] == "benchmarks/protocol_floor.py":
+        argv += ["--operations", "300"]
     else:
         argv = ["-m", "tests.run.regen_golden", "--check", "quickstart"]  # never rewrite
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
@@ -49,6 +53,10 @@ def test_documented_command_runs(command: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     if argv[0] == "benchmarks/speed.py":
         assert re.search(r"^quickstart\s+full\s+this\s+\d+", proc.stdout, re.M), proc.stdout
+        assert re.search(r"^protocol alone \(quickstart, no simulator\): \d+ ops/CPU-s",
+                         proc.stdout, re.M), proc.stdout
+    elif argv[0] == "benchmarks/protocol_floor.py":
+        assert re.search(r"^protocol alone: \d+ operations in", proc.stdout), proc.stdout
     elif argv[:2] == ["-m", "kbtpsim.run.fidelity"]:
         assert re.search(r"^\| eval-block-size \| \d+ \|", proc.stdout, re.M), proc.stdout
     else:
@@ -67,3 +75,20 @@ def test_speed_reports_the_set_up_apart() -> None:
     assert row, proc.stdout
     cpu, setup, rate, after = (float(row.group(i)) for i in (2, 3, 4, 5))
     assert 0 < setup < cpu and after > rate
+
+
+def test_protocol_floor_plays_the_quickstart_and_refuses_what_it_cannot() -> None:
+    """benchmarks/protocol_floor.py completes the requests it is asked for, each with the
+    target's answer (the generators' view of their handles stays the target's), and
+    names what it cannot play instead of guessing."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from protocol_floor import FloorError, protocol_rate
+
+    r = protocol_rate(REPO / "scenarios" / "quickstart.yaml", 400)
+    assert r["operations"] >= 400 and r["failed"] == 0 and r["rate"] > 0
+    with pytest.raises(FloorError, match="one software target"):
+        protocol_rate(REPO / "scenarios" / "eval-ablation.yaml", 10)
+    proc = subprocess.run([sys.executable, "benchmarks/protocol_floor.py",
+                           "scenarios/eval-ablation.yaml"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "needs one software target" in proc.stderr
