@@ -3,7 +3,6 @@
 Sans-IO: nothing here knows about time, sockets or the simulator.
 """
 
-from kbtpsim.errors import DecodeError
 from kbtpsim.wire.codec import decode, encode
 from kbtpsim.wire.constants import (
     COMPLETION_RECORD_SIZE,
@@ -21,6 +20,7 @@ from kbtpsim.wire.constants import (
     RequestFlag,
     Status,
 )
+from kbtpsim.wire.errors import DecodeError
 from kbtpsim.wire.messages import (
     MESSAGE_TYPES,
     AllocStore,

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
-from kbtpsim.errors import DecodeError
 from kbtpsim.wire import shapes
 from kbtpsim.wire.constants import (
     DESCRIPTOR_SIZE,
@@ -27,6 +26,7 @@ from kbtpsim.wire.constants import (
     flag_type,
     status_of,
 )
+from kbtpsim.wire.errors import DecodeError
 from kbtpsim.wire.messages import (
     MESSAGE_TYPES,
     AllocStore,

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kbtpsim.errors import DecodeError
 from kbtpsim.wire.constants import (
     COMPLETION_RECORD_SIZE,
     CONSUMED,
@@ -21,6 +20,7 @@ from kbtpsim.wire.constants import (
     Status,
     status_of,
 )
+from kbtpsim.wire.errors import DecodeError
 from kbtpsim.wire.messages import U16, U32, U64, _check_uint
 
 ByteOrder = Literal["big", "little"]
