@@ -4,11 +4,13 @@ Run: ``python benchmarks/protocol_floor.py [SCENARIO] [--operations N]`` (defaul
 quickstart, 20000 operations).
 
 No simulator: no NIC, no links, no simpy, no simulated CPU, no metrics. Each initiator's
-workload generator (the scenario's own, seeded as a run seeds it) issues requests as a
-run's driver does (its window of outstanding requests, its payloads, inline up to the
-threshold, LOADs that allow unsealed blocks); each request is built, encoded, decoded and
-processed by the software target, whose RDMA Reads are answered at once and whose
-COMPLETIONs are decoded and handed back to the generator. What a simulation of the
+workload generator (the scenario's own, seeded as a run seeds it) issues the requests a
+run's driver would (its payloads, inline up to the threshold, LOADs that allow unsealed
+blocks); each request is built, encoded, decoded and processed by the software target,
+whose RDMA Reads are answered at once and whose COMPLETIONs are decoded and handed back
+to the generator. The initiators take turns, each as many as its window, but the target
+answers every request before the next is issued, so the mix of operations is the
+scenario's while the handles in flight differ from a run's. What a simulation of the
 scenario adds is timing; this is the work it cannot skip, so its rate is a ceiling for
 any fidelity of it (docs/performance.md, "What the protocol alone costs").
 """
@@ -53,13 +55,11 @@ class FloorError(ValueError):
 
 
 class _Initiator:
-    __slots__ = ("conn", "gen", "invalidate", "threshold")
+    __slots__ = ("conn", "gen", "invalidate")
 
-    def __init__(self, conn: int, gen: SyntheticWorkload, threshold: int,
-                 invalidate: bool) -> None:
+    def __init__(self, conn: int, gen: SyntheticWorkload, invalidate: bool) -> None:
         self.conn = conn
         self.gen = gen
-        self.threshold = threshold
         self.invalidate = invalidate
 
 
@@ -91,7 +91,7 @@ def protocol_rate(scenario: str | Path = DEFAULT_SCENARIO, operations: int = 200
         gen = SyntheticWorkload(wl, rng_for(sc.seed, index), handle_base=ini.handle_base,
                                 handles=ini.handle_count, quota=ini.quota,
                                 inline_threshold=threshold, block_size=tgt.block_size)
-        initiators.append((_Initiator(conn, gen, threshold, wl.invalidate), wl.window))
+        initiators.append((_Initiator(conn, gen, wl.invalidate), wl.window))
 
     pending: dict[tuple[int, int], tuple[_Initiator, Request]] = {}
     ready: deque[_Initiator] = deque()

@@ -95,11 +95,11 @@ class Message:
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        _check_uint(owner, "flags", int(self.flags), U16)
+        _check_uint(owner, "flags", self.flags, U16)  # an IntFlag is an int
         _check_uint(owner, "request_id", self.request_id, U64)
         _check_uint(owner, "handle", self.handle, U64)
         _check_uint(owner, "generation", self.generation, U16)
-        _check_uint(owner, "status", int(self.status), U16)
+        _check_uint(owner, "status", self.status, U16)
 
     @property
     def opcode(self) -> Opcode:
@@ -160,7 +160,7 @@ class HelloAck(Message):
             ("handle_count", U32),
             ("ticket_timeout_ms", U32),
         ):
-            _check_uint("HelloAck", name, int(getattr(self, name)), limit)
+            _check_uint("HelloAck", name, getattr(self, name), limit)
         direct_load = bool(self.features & Feature.DIRECT_LOAD)
         for name in ("table", "table_base_handle", "pool"):
             if (getattr(self, name) is not None) != direct_load:

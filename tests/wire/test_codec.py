@@ -260,3 +260,15 @@ def test_inline_store_round_trip_both_orders(cls: type[Store], data: bytes) -> N
               data_descriptor=DataDescriptor(length=len(data)), inline_data=data)
     for le in (False, True):
         assert decode(encode(msg, addr_le=le), addr_le=le) == msg
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"flags": 3.5}, "flags"), ({"flags": "3"}, "flags"), ({"status": 2.0}, "status"),
+    ({"handle": True}, "handle"), ({"generation": 1 << 16}, "generation"),
+])
+def test_constructors_name_a_bad_header_field(kwargs: dict[str, object], field: str) -> None:
+    """A value that is not an unsigned integer of the field's width is refused, naming
+    the field, for every message (floats and strings are not coerced)."""
+    for cls in (Load, Completion, Free):
+        with pytest.raises(ValueError, match=rf"^{cls.__name__}\.{field} must be an unsigned"):
+            cls(**kwargs)  # type: ignore[arg-type]
