@@ -107,29 +107,28 @@ def _floor_child(operations: int, out: Any) -> None:
     out.send(protocol_rate(REPO / "scenarios" / "quickstart.yaml", operations))
 
 
-def protocol_floor(operations: int) -> dict[str, float]:
-    """The quickstart's requests through the codec and the software target alone, in a
-    fresh child (benchmarks/protocol_floor.py): a ceiling for any simulation of it."""
+def _in_child(target: Any, *args: Any) -> dict[str, Any]:
+    """Run ``target(*args, out)`` in a fresh spawned process (its own imports and peak
+    RSS); what it sends on ``out``."""
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_floor_child, args=(operations, child))
-    p.start()
-    child.close()
-    row: dict[str, float] = parent.recv()
-    p.join()
-    return row
-
-
-def measure(case: Case, operations: int, fidelity: str,
-            tree: str | None = None) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    p = ctx.Process(target=_child, args=(case, operations, fidelity, tree, child))
+    p = ctx.Process(target=target, args=(*args, child))
     p.start()
     child.close()
     row: dict[str, Any] = parent.recv()
     p.join()
     return row
+
+
+def protocol_floor(operations: int) -> dict[str, Any]:
+    """The quickstart's requests through the codec and the software target alone, in a
+    fresh child (benchmarks/protocol_floor.py): a ceiling for any simulation of it."""
+    return _in_child(_floor_child, operations)
+
+
+def measure(case: Case, operations: int, fidelity: str,
+            tree: str | None = None) -> dict[str, Any]:
+    return _in_child(_child, case, operations, fidelity, tree)
 
 
 def main(argv: list[str] | None = None) -> int:

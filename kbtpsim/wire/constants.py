@@ -97,9 +97,9 @@ def flag_type(opcode: Opcode) -> type[IntFlag] | None:
     return None
 
 
+_STATUSES: dict[int, Status] = {int(s): s for s in Status}
+
+
 def status_of(value: int) -> Status | int:
     """A Status member, or the plain int for a value no registry entry names."""
-    try:
-        return Status(value)
-    except ValueError:
-        return value
+    return _STATUSES.get(value, value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from kbtpsim.wire.constants import VERSION, Opcode, RequestFlag, Status
+from kbtpsim.wire.constants import VERSION, Opcode, RequestFlag, status_of
 from kbtpsim.wire.messages import AllocStore, Completion, DataDescriptor, Free, Load, Message, Store
 
 #: Version, Opcode, Flags, Request ID, Block Handle, Generation, Status (draft, "Common
@@ -30,7 +30,6 @@ _COMPLETION = struct.Struct(">BBHQQHHIIQ")
 _LOAD, _STORE, _ALLOC_STORE = int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.ALLOC_STORE)
 _FREE, _COMPLETION_OP = int(Opcode.FREE), int(Opcode.COMPLETION)
 _INLINE, _RECORD = int(RequestFlag.INLINE), int(RequestFlag.RECORD)
-_STATUS: dict[int, Status] = {int(s): s for s in Status}
 _FLAGS: dict[int, RequestFlag] = {}  # raw Flags -> RequestFlag, as the codec builds it
 
 
@@ -54,7 +53,7 @@ def read(data: bytes) -> Message | None:
                 return None
             _, _, flags, rid, handle, gen, status, length, _, offset = _COMPLETION.unpack(data)
             return Completion(flags=flags, request_id=rid, handle=handle, generation=gen,
-                              status=_STATUS.get(status, status), data_length=length,
+                              status=status_of(status), data_length=length,
                               block_offset=offset)
         if opcode == _FREE:
             if size != _HEADER.size:
@@ -63,7 +62,7 @@ def read(data: bytes) -> Message | None:
             if flags & (_INLINE | _RECORD):
                 return None
             return Free(flags=_request_flags(flags), request_id=rid, handle=handle,
-                        generation=gen, status=_STATUS.get(status, status))
+                        generation=gen, status=status_of(status))
         if opcode != _LOAD and opcode != _STORE and opcode != _ALLOC_STORE:
             return None
         if size < _REQUEST.size:
@@ -76,7 +75,7 @@ def read(data: bytes) -> Message | None:
             if size != _REQUEST.size or flags & _INLINE:
                 return None
             return Load(flags=_request_flags(flags), request_id=rid, handle=handle,
-                        generation=gen, status=_STATUS.get(status, status),
+                        generation=gen, status=status_of(status),
                         data_descriptor=dd)
         inline: bytes | None = None
         if flags & _INLINE:
@@ -87,7 +86,7 @@ def read(data: bytes) -> Message | None:
             return None
         cls = Store if opcode == _STORE else AllocStore
         return cls(flags=_request_flags(flags), request_id=rid, handle=handle,
-                   generation=gen, status=_STATUS.get(status, status), data_descriptor=dd,
+                   generation=gen, status=status_of(status), data_descriptor=dd,
                    inline_data=inline)
     except ValueError:  # a constructor's check: the field-by-field way words it
         return None
