@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--operations: must be positive, got {args.operations}")
     try:
         r = protocol_rate(args.scenario, args.operations)
-    except (FloorError, ValueError) as exc:
+    except ValueError as exc:  # FloorError, and the scenario loader's errors
         print(f"protocol_floor: {exc}", file=sys.stderr)
         return 2
     print(f"protocol alone: {r['operations']:.0f} operations in {r['cpu_s']:.2f} CPU s: "
